@@ -1,0 +1,172 @@
+/* dispatch.c - CPU feature detection (cpuid / getauxval) and the choice of kernels.
+ * EDGELLAMA_ISA=scalar|avx2|neon|neon-dotprod overrides the automatic choice. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define EL_X86 1
+#endif
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1 << 1)
+#endif
+#endif
+
+static el_kernels g_kern;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static char g_features[256];
+
+typedef struct { int avx2, fma, f16c, neon, dotprod; } cpu_caps;
+
+static cpu_caps detect(void) {
+    cpu_caps c = {0, 0, 0, 0, 0};
+#ifdef EL_X86
+    unsigned a, b, cx, d;
+    if (__get_cpuid(1, &a, &b, &cx, &d)) {
+        const int osxsave = (cx >> 27) & 1;
+        int ymm_ok = 0;
+        if (osxsave) {
+            unsigned lo, hi;
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            ymm_ok = (lo & 6u) == 6u; /* OS saves xmm and ymm state */
+        }
+        c.fma = ymm_ok && ((cx >> 12) & 1);
+        c.f16c = ymm_ok && ((cx >> 29) & 1);
+        if (ymm_ok && __get_cpuid_count(7, 0, &a, &b, &cx, &d)) c.avx2 = (b >> 5) & 1;
+    }
+#endif
+#if defined(__aarch64__)
+    unsigned long hw = getauxval(AT_HWCAP);
+    c.neon = (hw & HWCAP_ASIMD) != 0;
+    c.dotprod = (hw & HWCAP_ASIMDDP) != 0;
+#endif
+    return c;
+}
+
+static int isa_ok(const cpu_caps *c, const char *name) {
+    if (strcmp(name, "scalar") == 0) return 1;
+#ifdef EL_X86
+    if (strcmp(name, "avx2") == 0) return c->avx2 && c->fma && c->f16c;
+#endif
+#if defined(__aarch64__)
+    if (strcmp(name, "neon") == 0) return c->neon;
+    if (strcmp(name, "neon-dotprod") == 0) return c->neon && c->dotprod;
+#endif
+    (void)c;
+    return 0;
+}
+
+static void fill(el_kernels *k, const char *name) {
+    memset(k, 0, sizeof *k);
+    el_kernels_fill_scalar(k);
+#ifdef EL_X86
+    if (strcmp(name, "avx2") == 0) el_kernels_fill_avx2(k);
+#endif
+#if defined(__aarch64__)
+    if (strcmp(name, "neon") == 0) el_kernels_fill_neon(k, 0);
+    if (strcmp(name, "neon-dotprod") == 0) el_kernels_fill_neon(k, 1);
+#endif
+}
+
+static const char *best_isa(const cpu_caps *c) {
+    static const char *order[] = {"neon-dotprod", "neon", "avx2", "scalar"};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        if (isa_ok(c, order[i])) return order[i];
+    return "scalar";
+}
+
+static void init_once(void) {
+    cpu_caps c = detect();
+    snprintf(g_features, sizeof g_features, "%s%s%s%s%s", c.avx2 ? "avx2 " : "", c.fma ? "fma " : "",
+             c.f16c ? "f16c " : "", c.neon ? "neon " : "", c.dotprod ? "dotprod " : "");
+    size_t len = strlen(g_features);
+    if (len && g_features[len - 1] == ' ') g_features[len - 1] = 0;
+    const char *want = getenv("EDGELLAMA_ISA");
+    const char *name = best_isa(&c);
+    if (want && *want && isa_ok(&c, want)) name = want;
+    else if (want && *want && strcmp(want, "auto") != 0)
+        fprintf(stderr, "edgellama: EDGELLAMA_ISA=%s is not available on this CPU/build; using %s\n", want, name);
+    fill(&g_kern, name);
+}
+
+const el_kernels *el_kern(void) {
+    pthread_once(&g_once, init_once);
+    return &g_kern;
+}
+
+const char *el_isa_name(void) { return el_kern()->name; }
+
+const char *el_cpu_features(void) {
+    el_kern();
+    return g_features;
+}
+
+int el_isa_available(const char *name) {
+    if (!name) return 0;
+    cpu_caps c = detect();
+    return isa_ok(&c, name);
+}
+
+int el_isa_set(const char *name) {
+    el_kern();
+    cpu_caps c = detect();
+    if (!name) name = best_isa(&c);
+    if (!isa_ok(&c, name)) return EL_EUNSUPPORTED;
+    /* Callers switch ISA between computations (tests, the CLI), never during one. */
+    pthread_mutex_lock(&g_lock);
+    fill(&g_kern, name);
+    pthread_mutex_unlock(&g_lock);
+    return EL_OK;
+}
+
+/* ---- scalar float helpers ---- */
+float el_dot_f32_scalar(size_t n, const float *a, const float *b) {
+    float s = 0.0f;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+float el_dot_f32_f16_scalar(size_t n, const float *a, const el_half *b) {
+    float s = 0.0f;
+    for (size_t i = 0; i < n; i++) s += a[i] * el_fp16_to_fp32(b[i]);
+    return s;
+}
+
+void el_axpy_f16_scalar(size_t n, float alpha, const el_half *x, float *y) {
+    for (size_t i = 0; i < n; i++) y[i] += alpha * el_fp16_to_fp32(x[i]);
+}
+
+void el_axpy_f32_scalar(size_t n, float alpha, const float *x, float *y) {
+    for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
+}
+
+void el_kernels_fill_scalar(el_kernels *k) {
+    k->name = "scalar";
+    for (int t = 0; t < EL_TYPE_COUNT; t++) {
+        const el_type_traits *tr = el_get_type_traits(t);
+        k->vec_dot[t] = tr ? tr->vec_dot : NULL;
+        k->quantize_act[t] = tr ? tr->from_float : NULL;
+    }
+    k->dot_f32 = el_dot_f32_scalar;
+    k->dot_f32_f16 = el_dot_f32_f16_scalar;
+    k->axpy_f16 = el_axpy_f16_scalar;
+    k->axpy_f32 = el_axpy_f32_scalar;
+}
+
+/* Builds without an ISA's file still link: the filler is a no-op there. */
+#if !defined(EL_X86)
+void el_kernels_fill_avx2(el_kernels *k) { (void)k; }
+#endif
+#if !defined(__aarch64__)
+void el_kernels_fill_neon(el_kernels *k, int dotprod) { (void)k; (void)dotprod; }
+#endif

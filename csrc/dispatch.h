@@ -1,0 +1,32 @@
+/* dispatch.h - the CPU-feature dispatch table: the library's one piece of global state.
+ * Each ISA file fills in the entries it accelerates; everything else stays the scalar reference. */
+#ifndef EL_DISPATCH_H
+#define EL_DISPATCH_H
+
+#include "quants.h"
+
+typedef struct el_kernels {
+    const char *name;
+    el_vec_dot_fn vec_dot[EL_TYPE_COUNT];          /* by weight type */
+    el_from_float_fn quantize_act[EL_TYPE_COUNT];  /* by activation type: Q8_0, Q8_1, Q8_K */
+    float (*dot_f32)(size_t n, const float *a, const float *b);
+    float (*dot_f32_f16)(size_t n, const float *a, const el_half *b);
+    void (*axpy_f16)(size_t n, float alpha, const el_half *x, float *y); /* y += alpha * x */
+    void (*axpy_f32)(size_t n, float alpha, const float *x, float *y);
+} el_kernels;
+
+/* The active table (initialised on first use, best ISA unless EDGELLAMA_ISA says otherwise). */
+const el_kernels *el_kern(void);
+
+/* Fillers: scalar sets every entry; the others override what they implement. */
+void el_kernels_fill_scalar(el_kernels *k);
+void el_kernels_fill_avx2(el_kernels *k);               /* x86-64 builds only */
+void el_kernels_fill_neon(el_kernels *k, int dotprod);  /* aarch64 builds only */
+
+/* scalar float helpers, also the references for the SIMD versions */
+float el_dot_f32_scalar(size_t n, const float *a, const float *b);
+float el_dot_f32_f16_scalar(size_t n, const float *a, const el_half *b);
+void el_axpy_f16_scalar(size_t n, float alpha, const el_half *x, float *y);
+void el_axpy_f32_scalar(size_t n, float alpha, const float *x, float *y);
+
+#endif

@@ -1,0 +1,142 @@
+/* edgellama.h - the public C API of the edgellama kernel library.
+ * Opaque handles, explicit sizes, integer status codes. The only global state is the
+ * CPU-feature dispatch table (el_isa_*). Distinct handles may be used from distinct threads. */
+#ifndef EDGELLAMA_H
+#define EDGELLAMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status codes (negative = error) ---- */
+enum el_status {
+    EL_OK = 0,
+    EL_EINVAL = -1,       /* bad argument: size mismatch, NULL, out of range */
+    EL_ENOMEM = -2,       /* allocation failed */
+    EL_EUNSUPPORTED = -3, /* type / ISA / architecture not supported */
+    EL_ETHREAD = -4,      /* thread creation failed */
+    EL_ECTX = -5          /* context (KV cache) full or position out of range */
+};
+const char *el_status_str(int status);
+
+/* ---- ggml tensor types, numbered as in GGUF ---- */
+enum el_type {
+    EL_TYPE_F32 = 0,
+    EL_TYPE_F16 = 1,
+    EL_TYPE_Q4_0 = 2,
+    EL_TYPE_Q4_1 = 3,
+    EL_TYPE_Q5_0 = 6,
+    EL_TYPE_Q5_1 = 7,
+    EL_TYPE_Q8_0 = 8,
+    EL_TYPE_Q8_1 = 9,   /* activations only (internal) */
+    EL_TYPE_Q2_K = 10,
+    EL_TYPE_Q3_K = 11,
+    EL_TYPE_Q4_K = 12,
+    EL_TYPE_Q5_K = 13,
+    EL_TYPE_Q6_K = 14,
+    EL_TYPE_Q8_K = 15,  /* activations only (internal) */
+    EL_TYPE_BF16 = 30,
+    EL_TYPE_COUNT = 31
+};
+
+int el_type_supported(int type);          /* 1 if dequant/quant/dot exist for it */
+size_t el_type_block_size(int type);      /* values per block, 0 if unknown */
+size_t el_type_block_bytes(int type);     /* bytes per block, 0 if unknown */
+size_t el_row_bytes(int type, size_t n);  /* 0 if unknown type or n not a multiple of the block */
+int el_vec_dot_type(int wtype);           /* activation format the dot product of wtype uses */
+
+/* n values of `type` in src (src_bytes must equal el_row_bytes(type, n)) -> n floats. */
+int el_dequantize(int type, const void *src, size_t src_bytes, float *dst, size_t n);
+/* n floats -> dst (dst_bytes must equal el_row_bytes(type, n)), reference quantizer. */
+int el_quantize(int type, const float *src, size_t n, void *dst, size_t dst_bytes);
+/* Dot product of one weight row (wtype) with one activation row already in el_vec_dot_type(wtype). */
+int el_vec_dot(int wtype, size_t n, const void *w, size_t w_bytes, const void *a, size_t a_bytes, float *out);
+
+/* ---- CPU feature dispatch ---- */
+const char *el_isa_name(void);         /* "scalar", "avx2", "neon", "neon-dotprod" */
+int el_isa_set(const char *name);      /* EL_EUNSUPPORTED if this CPU/build lacks it; NULL = best */
+int el_isa_available(const char *name);
+const char *el_cpu_features(void);     /* space separated feature names seen at run time */
+
+/* ---- thread pool: persistent workers, no thread creation per call ---- */
+typedef struct el_pool el_pool;
+int el_pool_create(int n_threads, el_pool **out);
+void el_pool_free(el_pool *pool);
+int el_pool_threads(const el_pool *pool);
+
+/* Y[v][r] = sum_c W[r][c] * X[v][c] for v < n_vec, r < rows.
+ * W: rows x el_row_bytes(wtype, cols) bytes (w_bytes must equal that product); X: n_vec x cols floats;
+ * Y: n_vec x rows floats. Each output is computed by one thread in a fixed order, so results do not
+ * depend on the thread count. Scratch for quantized activations comes from the pool. */
+int el_matmul(el_pool *pool, int wtype, const void *w, size_t w_bytes, size_t rows, size_t cols,
+              const float *x, size_t n_vec, float *y);
+
+/* ---- float32 ops a decoder needs ---- */
+void el_rmsnorm(float *out, const float *x, const float *weight, size_t n, float eps); /* weight may be NULL */
+void el_softmax(float *x, size_t n);
+/* Rotates n_head heads of head_dim floats at position pos; the first n_rot dims of each head rotate.
+ * neox=0: pairs (2i, 2i+1) (llama); neox=1: pairs (i, i + n_rot/2) (NeoX, Gemma, Qwen). */
+void el_rope(float *x, size_t n_head, size_t head_dim, size_t n_rot, int32_t pos, float freq_base,
+             float freq_scale, int neox);
+void el_silu(float *x, size_t n);
+void el_gelu(float *x, size_t n);  /* tanh approximation */
+void el_add(float *y, const float *a, const float *b, size_t n);
+void el_mul(float *y, const float *a, const float *b, size_t n);
+void el_scale(float *x, float s, size_t n);
+
+/* Attention of n_q query rows (each n_head x head_dim, at positions q_pos[i]) over n_kv cached
+ * keys/values (each n_head_kv x head_dim, at positions kv_pos[j]; kv_type F32, F16 or Q8_0 rows of
+ * head_dim). Causal: key j is visible to query i when kv_pos[j] <= q_pos[i], and when window > 0
+ * also q_pos[i] - kv_pos[j] < window. out: n_q x n_head x head_dim. */
+int el_attention(const float *q, size_t n_q, const int32_t *q_pos, size_t n_head, size_t n_head_kv,
+                 size_t head_dim, int kv_type, const void *k, const void *v, const int32_t *kv_pos,
+                 size_t n_kv, int32_t window, float scale, float *out);
+
+/* ---- decoder model: weights are pointers into the caller's mmapped file (never copied) ---- */
+typedef struct el_tensor {
+    const void *data;   /* NULL = absent */
+    size_t nbytes;
+    int type;           /* enum el_type */
+    int64_t ne0, ne1;   /* ne0 = row length (inner), ne1 = rows; 1-D tensors have ne1 = 1 */
+} el_tensor;
+
+enum el_arch { EL_ARCH_LLAMA = 1, EL_ARCH_GEMMA3 = 2 };
+enum el_act { EL_ACT_SILU = 0, EL_ACT_GELU = 1 };
+
+typedef struct el_layer {
+    el_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, attn_post_norm;
+    el_tensor ffn_norm, w_gate, w_up, w_down, ffn_post_norm;
+    float rope_base, rope_scale;  /* per layer: Gemma 3 local layers use another base */
+    int32_t window;               /* sliding window in tokens, 0 = global */
+} el_layer;
+
+typedef struct el_model_desc {
+    int arch, act, rope_neox;
+    int32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_rot, n_ff, n_vocab;
+    float norm_eps, emb_scale, attn_scale;
+    el_tensor tok_embd, output_norm, output;  /* output.data NULL = tied to tok_embd */
+    const el_layer *layers;                   /* n_layer entries */
+} el_model_desc;
+
+typedef struct el_model el_model;
+/* Allocates the KV cache (n_ctx slots per global layer, min(n_ctx, window) per windowed layer, in
+ * kv_type F16 or Q8_0) and all scratch for batches of up to n_batch tokens, once. */
+int el_model_create(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int32_t n_batch,
+                    int kv_type, el_model **out);
+void el_model_free(el_model *model);
+size_t el_model_kv_bytes(const el_model *model);
+size_t el_model_scratch_bytes(const el_model *model);
+/* Evaluates n tokens at positions pos0..pos0+n-1 (continuing the cached sequence). Writes logits of
+ * the last token (n_vocab floats), or of every token when all_logits (n x n_vocab). */
+int el_model_eval(el_model *model, const int32_t *tokens, size_t n, int32_t pos0, float *logits,
+                  int all_logits);
+/* Forgets cached positions >= pos (to re-evaluate from there). */
+int el_model_truncate(el_model *model, int32_t pos);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,18 @@
+"""edgellama: offline LLM inference for small ARM boards (GGUF models, quantized C kernels)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+__all__ = ["dequantize", "quantize", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    # The kernels load the C extension: import them on first use so pure-Python parts
+    # (GGUF reader, tokenizer) work and start fast without touching it.
+    if name in ("dequantize", "quantize"):
+        from edgellama import kernels
+
+        return getattr(kernels, name)
+    raise AttributeError(f"module 'edgellama' has no attribute {name!r}")

@@ -1,0 +1,74 @@
+"""cffi (API mode) builder for the C kernel library in csrc/.
+
+Run by setuptools through ``cffi_modules`` during ``pip install .``; the declarations come straight
+from ``csrc/edgellama.h`` so the C API has one source of truth.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from cffi import FFI
+
+ROOT = Path(__file__).resolve().parent.parent
+CSRC = ROOT / "csrc"
+
+
+def _rel(p: Path) -> str:
+    try:
+        return os.path.relpath(p)
+    except ValueError:
+        return str(p)
+
+
+def cdef_source() -> str:
+    """edgellama.h without preprocessor lines and the C++ guard: what cffi's parser accepts."""
+    out = []
+    skip_depth = 0
+    for line in (CSRC / "edgellama.h").read_text().splitlines():
+        s = line.strip()
+        if s.startswith("#ifdef __cplusplus"):
+            skip_depth = 1
+            continue
+        if skip_depth:
+            if s.startswith("#endif"):
+                skip_depth = 0
+            continue
+        if s.startswith("#"):
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
+def c_sources() -> list[str]:
+    files = sorted(CSRC.glob("*.c")) + sorted((CSRC / "arch").glob("*.c"))
+    return [_rel(p) for p in files]
+
+
+CFLAGS = ["-O3", "-std=gnu11", "-pthread", "-fno-math-errno", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+if os.environ.get("EDGELLAMA_CFLAGS"):
+    CFLAGS += os.environ["EDGELLAMA_CFLAGS"].split()
+
+ffibuilder = FFI()
+ffibuilder.cdef(cdef_source())
+ffibuilder.set_source(
+    "edgellama._edgellama_c",
+    '#include "edgellama.h"',
+    sources=c_sources(),
+    include_dirs=[_rel(CSRC)],
+    extra_compile_args=CFLAGS,
+    extra_link_args=["-pthread"],
+    libraries=["m"],
+)
+
+if __name__ == "__main__":
+    # Developer shortcut: build the extension in place (python edgellama/_build.py).
+    os.chdir(ROOT)
+    ffibuilder.compile(tmpdir=str(ROOT / "build" / "cffi"), verbose="-v" in sys.argv)
+    import glob
+    import shutil
+
+    for so in glob.glob(str(ROOT / "build" / "cffi" / "edgellama" / "_edgellama_c*.so")):
+        shutil.copy(so, ROOT / "edgellama")
