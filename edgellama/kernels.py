@@ -87,3 +87,26 @@ def isa_available(name: str) -> bool:
 
 def cpu_features() -> str:
     return ffi.string(lib.el_cpu_features()).decode()
+
+
+def matmul(w_raw: npt.ArrayLike, wtype: int, rows: int, cols: int, x: npt.ArrayLike, pool: object) -> npt.NDArray[np.float32]:
+    """Y = W X^T for W (rows x cols of wtype, raw bytes) and X (n_vec x cols float32): Y is n_vec x rows.
+
+    pool: an edgellama.engine.Pool (its threads and scratch are used)."""
+    _require_type(wtype)
+    w = _u8(w_raw)
+    xs = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+    if xs.ndim == 1:
+        xs = xs.reshape(1, -1)
+    if xs.ndim != 2 or xs.shape[1] != cols:
+        raise ValueError(f"activations must be n_vec x {cols}, got {xs.shape}")
+    need = rows * row_bytes(wtype, cols)
+    if w.size != need:
+        raise ValueError(f"{rows}x{cols} {type_name(wtype)} needs {need} bytes, got {w.size}")
+    y = np.empty((xs.shape[0], rows), dtype=np.float32)
+    check(
+        lib.el_matmul(pool.ptr, wtype, ffi.from_buffer(w), w.size, rows, cols,  # type: ignore[attr-defined]
+                      ffi.from_buffer(xs), xs.shape[0], ffi.from_buffer(y)),
+        f"matmul {type_name(wtype)} {rows}x{cols}",
+    )
+    return y

@@ -1,0 +1,95 @@
+/* ops.c - the float32 element-wise and row ops of a decoder: RMSNorm, softmax, RoPE, SiLU, GELU.
+ * Accumulations that ggml does in double are done in double here too, to stay close to llama.cpp. */
+#include <math.h>
+
+#include "edgellama.h"
+#include "fp16.h"
+#include "ops.h"
+
+void el_rmsnorm(float *out, const float *x, const float *weight, size_t n, float eps) {
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
+    if (weight)
+        for (size_t i = 0; i < n; i++) out[i] = (x[i] * scale) * weight[i];
+    else
+        for (size_t i = 0; i < n; i++) out[i] = x[i] * scale;
+}
+
+void el_softmax(float *x, size_t n) {
+    if (n == 0) return;
+    float mx = -INFINITY;
+    for (size_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const float e = expf(x[i] - mx);
+        x[i] = e;
+        sum += (double)e;
+    }
+    const float inv = (float)(1.0 / sum);
+    for (size_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void el_rope_cache(float *cs, size_t n_rot, int32_t pos, float freq_base, float freq_scale) {
+    /* theta_i = pos * base^(-2i/n_rot), built by repeated multiplication exactly as ggml does */
+    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    float theta = (float)pos;
+    for (size_t i = 0; i < n_rot / 2; i++) {
+        const float t = freq_scale * theta;
+        cs[2 * i] = cosf(t);
+        cs[2 * i + 1] = sinf(t);
+        theta *= theta_scale;
+    }
+}
+
+void el_rope_apply(float *x, size_t n_head, size_t head_dim, size_t n_rot, const float *cs, int neox) {
+    for (size_t h = 0; h < n_head; h++) {
+        float *v = x + h * head_dim;
+        for (size_t i = 0; i < n_rot / 2; i++) {
+            const float c = cs[2 * i], s = cs[2 * i + 1];
+            const size_t a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+            const float x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
+void el_rope(float *x, size_t n_head, size_t head_dim, size_t n_rot, int32_t pos, float freq_base,
+             float freq_scale, int neox) {
+    if (n_rot > head_dim || n_rot % 2 || n_rot > EL_MAX_HEAD_DIM) return;
+    float cs[EL_MAX_HEAD_DIM];
+    el_rope_cache(cs, n_rot, pos, freq_base, freq_scale);
+    el_rope_apply(x, n_head, head_dim, n_rot, cs, neox);
+}
+
+void el_silu(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+static inline float gelu_f32(float x) {
+    const float sqrt_2_over_pi = 0.79788456080286535587989211986876f;
+    return 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + 0.044715f * x * x)));
+}
+
+/* ggml evaluates GELU through an fp16 table (input and output rounded to half, |x| >= 10 exact);
+ * computing the table entry directly gives the same numbers without a 128 KiB global table. */
+void el_gelu(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const float v = x[i];
+        if (v <= -10.0f) x[i] = 0.0f;
+        else if (v < 10.0f) x[i] = el_fp16_to_fp32(el_fp32_to_fp16(gelu_f32(el_fp16_to_fp32(el_fp32_to_fp16(v)))));
+    }
+}
+
+void el_add(float *y, const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+
+void el_mul(float *y, const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = a[i] * b[i];
+}
+
+void el_scale(float *x, float s, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}

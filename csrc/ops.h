@@ -1,0 +1,14 @@
+/* ops.h - internal helpers behind the public float ops (RoPE with a precomputed cos/sin row). */
+#ifndef EL_OPS_H
+#define EL_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define EL_MAX_HEAD_DIM 512
+
+/* cs[2i], cs[2i+1] = cos, sin of the i-th rotation angle at pos. */
+void el_rope_cache(float *cs, size_t n_rot, int32_t pos, float freq_base, float freq_scale);
+void el_rope_apply(float *x, size_t n_head, size_t head_dim, size_t n_rot, const float *cs, int neox);
+
+#endif

@@ -1,0 +1,57 @@
+"""Flags shared by the subcommands that load a model (-m, -c, -t, -b, --cache-type)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def int_list(s: str) -> list[int]:
+    try:
+        vals = [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from None
+    if not vals or any(v < 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected non-negative integers, got {s!r}")
+    return vals
+
+
+def add_model_args(p: argparse.ArgumentParser, threads_list: bool = False) -> None:
+    p.add_argument("-m", "--model", help="GGUF model file (default: the bundled Gemma 3 270M)")
+    p.add_argument("-c", "--ctx-size", type=int, default=0, help="context size in tokens (default: 4096 or the model's)")
+    if threads_list:
+        p.add_argument("-t", "--threads", type=int_list, default=[0], help="thread counts, e.g. 1,2")
+    else:
+        p.add_argument("-t", "--threads", type=int, default=0, help="threads (default: the CPUs available)")
+    p.add_argument("-b", "--batch-size", type=int, default=512, help="prompt tokens per forward pass")
+    p.add_argument("--cache-type", choices=("f16", "q8_0", "f32"), default="f16", help="KV cache format")
+
+
+def model_path(args: argparse.Namespace) -> Path:
+    if args.model:
+        path = Path(args.model)
+        if not path.exists():
+            raise FileNotFoundError(f"model file not found: {path}")
+        if not path.is_file():
+            raise ValueError(f"model path is not a file: {path}")
+        return path
+    from edgellama.default_model import default_model_path
+
+    return default_model_path()
+
+
+def check_model_args(args: argparse.Namespace) -> None:
+    if args.ctx_size < 0:
+        raise ValueError("-c/--ctx-size must be >= 0")
+    if args.threads < 0 or args.threads > 64:
+        raise ValueError("-t/--threads must be in 0..64")
+    if args.batch_size < 1:
+        raise ValueError("-b/--batch-size must be >= 1")
+
+
+def load(args: argparse.Namespace):  # -> LLM (import kept lazy: `info` must start fast)
+    from edgellama.llm import LLM
+
+    check_model_args(args)
+    return LLM(model_path(args), n_ctx=args.ctx_size or None, n_batch=args.batch_size,
+               n_threads=args.threads or None, kv_type=args.cache_type)

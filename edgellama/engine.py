@@ -1,0 +1,184 @@
+"""cffi wrapper around the C engine: the thread pool and the model (forward pass + KV cache).
+
+Owns C handles and the memory they point into; knows nothing about GGUF keys or tokens' meaning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import numpy.typing as npt
+
+from edgellama._native import KernelError, check, ffi, lib
+
+ARCH_LLAMA = 1
+ARCH_GEMMA3 = 2
+ACT_SILU = 0
+ACT_GELU = 1
+KV_TYPES = {"f32": 0, "f16": 1, "q8_0": 8}
+
+
+@dataclass
+class TensorRef:
+    """A tensor as the engine sees it: raw bytes (a view into the mapped file), type and 2-D shape."""
+
+    data: npt.NDArray[np.uint8]
+    ggml_type: int
+    ne0: int
+    ne1: int = 1
+
+
+@dataclass
+class LayerDesc:
+    attn_norm: TensorRef
+    wq: TensorRef
+    wk: TensorRef
+    wv: TensorRef
+    wo: TensorRef
+    ffn_norm: TensorRef
+    w_gate: TensorRef
+    w_up: TensorRef
+    w_down: TensorRef
+    bq: Optional[TensorRef] = None
+    bk: Optional[TensorRef] = None
+    bv: Optional[TensorRef] = None
+    q_norm: Optional[TensorRef] = None
+    k_norm: Optional[TensorRef] = None
+    attn_post_norm: Optional[TensorRef] = None
+    ffn_post_norm: Optional[TensorRef] = None
+    rope_base: float = 10000.0
+    rope_scale: float = 1.0
+    window: int = 0
+
+
+@dataclass
+class ModelDesc:
+    arch: int
+    act: int
+    rope_neox: bool
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_rot: int
+    n_ff: int
+    n_vocab: int
+    norm_eps: float
+    emb_scale: float
+    attn_scale: float
+    tok_embd: TensorRef
+    output_norm: TensorRef
+    output: Optional[TensorRef]
+    layers: list[LayerDesc] = field(default_factory=list)
+
+
+class Pool:
+    """A persistent pthread pool (n_threads including the caller)."""
+
+    def __init__(self, n_threads: int) -> None:
+        out = ffi.new("el_pool **")
+        check(lib.el_pool_create(int(n_threads), out), f"thread pool of {n_threads}")
+        self._ptr: Any = out[0]
+        self.n_threads = int(n_threads)
+
+    @property
+    def ptr(self) -> Any:
+        if self._ptr is None:
+            raise ValueError("thread pool is closed")
+        return self._ptr
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            lib.el_pool_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _fill_tensor(dst: Any, t: Optional[TensorRef], keep: list[Any]) -> None:
+    if t is None:
+        dst.data = ffi.NULL
+        dst.nbytes = 0
+        return
+    buf = ffi.from_buffer(t.data)
+    keep.append(buf)
+    dst.data = buf
+    dst.nbytes = t.data.nbytes
+    dst.type = t.ggml_type
+    dst.ne0 = t.ne0
+    dst.ne1 = t.ne1
+
+
+class Engine:
+    """One model instance: KV cache of n_ctx positions, batches of up to n_batch tokens."""
+
+    def __init__(self, desc: ModelDesc, pool: Pool, n_ctx: int, n_batch: int, kv_type: str = "f16") -> None:
+        if kv_type not in KV_TYPES:
+            raise ValueError(f"unknown KV cache type {kv_type!r} (choose from {', '.join(KV_TYPES)})")
+        self.desc = desc
+        self.pool = pool
+        self.n_ctx = int(n_ctx)
+        self.n_batch = int(min(n_batch, n_ctx))
+        self.kv_type = kv_type
+        keep: list[Any] = []
+        layers = ffi.new("el_layer[]", len(desc.layers))
+        for i, L in enumerate(desc.layers):
+            c = layers[i]
+            for name in ("attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "q_norm", "k_norm",
+                         "attn_post_norm", "ffn_norm", "w_gate", "w_up", "w_down", "ffn_post_norm"):
+                _fill_tensor(getattr(c, name), getattr(L, name), keep)
+            c.rope_base = L.rope_base
+            c.rope_scale = L.rope_scale
+            c.window = L.window
+        d = ffi.new("el_model_desc *")
+        d.arch, d.act, d.rope_neox = desc.arch, desc.act, int(desc.rope_neox)
+        d.n_layer, d.n_embd, d.n_head, d.n_head_kv = desc.n_layer, desc.n_embd, desc.n_head, desc.n_head_kv
+        d.head_dim, d.n_rot, d.n_ff, d.n_vocab = desc.head_dim, desc.n_rot, desc.n_ff, desc.n_vocab
+        d.norm_eps, d.emb_scale, d.attn_scale = desc.norm_eps, desc.emb_scale, desc.attn_scale
+        _fill_tensor(d.tok_embd, desc.tok_embd, keep)
+        _fill_tensor(d.output_norm, desc.output_norm, keep)
+        _fill_tensor(d.output, desc.output, keep)
+        d.layers = layers
+        out = ffi.new("el_model **")
+        status = lib.el_model_create(d, pool.ptr, self.n_ctx, self.n_batch, KV_TYPES[kv_type], out)
+        if status != 0:
+            raise KernelError("creating the model (shapes, types or memory)", status)
+        self._keep = keep  # cffi buffers: the C model points into these views of the file
+        self._ptr: Any = out[0]
+        self._logits = np.empty(desc.n_vocab, dtype=np.float32)
+
+    @property
+    def kv_bytes(self) -> int:
+        return int(lib.el_model_kv_bytes(self._ptr))
+
+    @property
+    def scratch_bytes(self) -> int:
+        return int(lib.el_model_scratch_bytes(self._ptr))
+
+    def eval(self, tokens: list[int] | npt.NDArray[np.int32], pos0: int, all_logits: bool = False
+             ) -> npt.NDArray[np.float32]:
+        """Logits of the last token (a reused buffer: copy it to keep it), or of every token."""
+        toks = np.ascontiguousarray(np.asarray(tokens, dtype=np.int32))
+        n = toks.size
+        if n == 0 or n > self.n_batch:
+            raise ValueError(f"a batch holds 1..{self.n_batch} tokens, got {n}")
+        out = np.empty((n, self.desc.n_vocab), dtype=np.float32) if all_logits else self._logits
+        status = lib.el_model_eval(self._ptr, ffi.from_buffer("int32_t[]", toks), n, int(pos0),
+                                   ffi.from_buffer("float[]", out), int(all_logits))
+        check(status, f"evaluating {n} tokens at position {pos0}")
+        return out
+
+    def truncate(self, pos: int) -> None:
+        check(lib.el_model_truncate(self._ptr, int(pos)), f"rewinding the KV cache to {pos}")
+
+    def close(self) -> None:
+        if getattr(self, "_ptr", None) is not None:
+            lib.el_model_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self) -> None:
+        self.close()

@@ -1,0 +1,181 @@
+"""A loaded model ready to generate: GGUF file + wiring + engine + tokenizer, and the token
+sequence held in the KV cache (so a new prompt only evaluates what differs from the cached one).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import numpy as np
+import numpy.typing as npt
+
+from edgellama.chat import chat_format_for
+from edgellama.engine import Engine, Pool
+from edgellama.gguf import GGUFFile
+from edgellama.model import build_desc
+from edgellama.sampling import Sampler
+from edgellama.tokenizer import StreamDecoder, tokenizer_from_metadata
+
+DEFAULT_CTX = 4096
+
+
+class ContextFull(ValueError):
+    """The tokens to evaluate do not fit the context window."""
+
+
+@dataclass
+class Timings:
+    load_ms: float = 0.0
+    prompt_tokens: int = 0
+    prompt_ms: float = 0.0
+    gen_tokens: int = 0
+    gen_ms: float = 0.0
+
+    @staticmethod
+    def rate(n: int, ms: float) -> float:
+        return n / (ms / 1000.0) if ms > 0 else 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "load_ms": round(self.load_ms, 2),
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_ms": round(self.prompt_ms, 2),
+            "prompt_tok_s": round(self.rate(self.prompt_tokens, self.prompt_ms), 2),
+            "gen_tokens": self.gen_tokens,
+            "gen_ms": round(self.gen_ms, 2),
+            "gen_tok_s": round(self.rate(self.gen_tokens, self.gen_ms), 2),
+        }
+
+
+@dataclass
+class Event:
+    kind: str  # "token" or "done"
+    token: int = -1
+    text: str = ""
+    stop_reason: str = ""
+    timings: Timings = field(default_factory=Timings)
+
+
+def default_threads() -> int:
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(n, 8))
+
+
+class LLM:
+    def __init__(self, path: str | Path, n_ctx: Optional[int] = None, n_batch: int = 512,
+                 n_threads: Optional[int] = None, kv_type: str = "f16") -> None:
+        t0 = time.perf_counter()
+        self.path = Path(path)
+        self.file = GGUFFile(self.path)
+        try:
+            self.hp, self.desc = build_desc(self.file)
+            self.tokenizer = tokenizer_from_metadata(self.file.metadata)
+            self.chat = chat_format_for(self.file.metadata)
+            if n_ctx is None or n_ctx <= 0:
+                n_ctx = min(self.hp.n_ctx_train or DEFAULT_CTX, DEFAULT_CTX)
+            self.n_ctx = int(n_ctx)
+            self.n_batch = max(1, min(int(n_batch), self.n_ctx))
+            self.pool = Pool(n_threads or default_threads())
+            self.engine = Engine(self.desc, self.pool, self.n_ctx, self.n_batch, kv_type)
+        except BaseException:
+            self.file.close()
+            raise
+        self.tokens: list[int] = []  # what the KV cache holds, position i = tokens[i]
+        self.load_ms = (time.perf_counter() - t0) * 1000.0
+
+    @property
+    def n_vocab(self) -> int:
+        return self.desc.n_vocab
+
+    def close(self) -> None:
+        self.engine.close()
+        self.pool.close()
+        self.file.close()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def reset(self) -> None:
+        self.tokens = []
+        self.engine.truncate(0)
+
+    def eval(self, tokens: list[int], all_logits: bool = False) -> npt.NDArray[np.float32]:
+        """Appends tokens to the cached sequence; logits of the last one (or of all, n x vocab)."""
+        if not tokens:
+            raise ValueError("nothing to evaluate")
+        if len(self.tokens) + len(tokens) > self.n_ctx:
+            raise ContextFull(
+                f"{len(self.tokens) + len(tokens)} tokens do not fit the context of {self.n_ctx} (-c)"
+            )
+        outs = []
+        logits: npt.NDArray[np.float32] = np.empty(0, dtype=np.float32)
+        for i in range(0, len(tokens), self.n_batch):
+            chunk = tokens[i:i + self.n_batch]
+            logits = self.engine.eval(chunk, len(self.tokens), all_logits)
+            self.tokens.extend(chunk)
+            if all_logits:
+                outs.append(logits.copy())
+        return np.concatenate(outs) if all_logits else logits
+
+    def prefill(self, prompt: list[int]) -> npt.NDArray[np.float32]:
+        """Makes the cache hold exactly prompt, reusing the longest cached prefix."""
+        if not prompt:
+            raise ValueError("empty prompt")
+        if len(prompt) > self.n_ctx:
+            raise ContextFull(f"the prompt has {len(prompt)} tokens, more than the context of {self.n_ctx} (-c)")
+        common = 0
+        for a, b in zip(self.tokens, prompt):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(prompt) - 1)  # evaluate at least one token to get logits
+        try:
+            self.engine.truncate(common)
+            self.tokens = self.tokens[:common]
+        except Exception:
+            self.reset()
+        return self.eval(prompt[len(self.tokens):])
+
+    def generate(self, prompt: list[int], sampler: Sampler, n_predict: int = -1,
+                 stop_ids: Optional[set[int]] = None, should_stop: Optional[Callable[[], bool]] = None
+                 ) -> Iterator[Event]:
+        """Yields a token event per generated token (text is complete UTF-8 only), then one done event."""
+        tm = Timings(load_ms=self.load_ms)
+        stops = set(stop_ids if stop_ids is not None else self.tokenizer.eot_ids)
+        t0 = time.perf_counter()
+        n_cached = len(self.tokens)
+        logits = self.prefill(prompt)
+        tm.prompt_tokens = len(prompt) - min(n_cached, len(prompt) - 1) if n_cached else len(prompt)
+        tm.prompt_ms = (time.perf_counter() - t0) * 1000.0
+        for t in prompt:
+            sampler.accept(t)
+        dec = StreamDecoder(self.tokenizer)
+        reason = "length"
+        t1 = time.perf_counter()
+        n = 0
+        while n_predict < 0 or n < n_predict:
+            if should_stop is not None and should_stop():
+                reason = "cancelled"
+                break
+            tok = sampler.sample(logits)
+            sampler.accept(tok)
+            n += 1
+            if tok in stops:
+                reason = "stop"
+                break
+            yield Event("token", tok, dec.push(tok))
+            if len(self.tokens) >= self.n_ctx:
+                reason = "context"
+                break
+            logits = self.eval([tok])
+        tm.gen_tokens = n
+        tm.gen_ms = (time.perf_counter() - t1) * 1000.0
+        tail = dec.flush()
+        yield Event("done", text=tail, stop_reason=reason, timings=tm)
