@@ -17,6 +17,10 @@ CSRC = ROOT / "csrc"
 
 
 def _rel(p: Path) -> str:
+    # setuptools wants paths relative to the project; the in-place developer build compiles from a
+    # temporary directory, so it gets absolute ones.
+    if __name__ == "__main__":
+        return str(p)
     try:
         return os.path.relpath(p)
     except ValueError:
