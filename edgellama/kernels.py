@@ -33,7 +33,7 @@ def dequantize(raw: npt.ArrayLike, ggml_type: int, n: int) -> npt.NDArray[np.flo
         raise ValueError(f"{type_name(ggml_type)}: {n} values need {need} bytes, got {src.size}")
     out = np.empty(n, dtype=np.float32)
     check(
-        lib.el_dequantize(ggml_type, ffi.from_buffer(src), src.size, ffi.from_buffer(out), n),
+        lib.el_dequantize(ggml_type, ffi.from_buffer(src), src.size, ffi.from_buffer("float[]", out), n),
         f"dequantize {type_name(ggml_type)}",
     )
     return out
@@ -47,7 +47,7 @@ def quantize(x: npt.ArrayLike, ggml_type: int) -> npt.NDArray[np.uint8]:
     need = row_bytes(ggml_type, src.size)
     out = np.empty(need, dtype=np.uint8)
     check(
-        lib.el_quantize(ggml_type, ffi.from_buffer(src), src.size, ffi.from_buffer(out), need),
+        lib.el_quantize(ggml_type, ffi.from_buffer("float[]", src), src.size, ffi.from_buffer(out), need),
         f"quantize {type_name(ggml_type)}",
     )
     return out
@@ -106,7 +106,7 @@ def matmul(w_raw: npt.ArrayLike, wtype: int, rows: int, cols: int, x: npt.ArrayL
     y = np.empty((xs.shape[0], rows), dtype=np.float32)
     check(
         lib.el_matmul(pool.ptr, wtype, ffi.from_buffer(w), w.size, rows, cols,  # type: ignore[attr-defined]
-                      ffi.from_buffer(xs), xs.shape[0], ffi.from_buffer(y)),
+                      ffi.from_buffer("float[]", xs), xs.shape[0], ffi.from_buffer("float[]", y)),
         f"matmul {type_name(wtype)} {rows}x{cols}",
     )
     return y
