@@ -1,0 +1,327 @@
+"""`edgellama info MODEL`: what a GGUF file holds (architecture, metadata, tensors, quant types), as text or JSON.
+
+It reads only the header through the mmap-based reader, so it never pages in tensor data; the one
+exception is an explicit checksum (--sha256 or a MODEL.sha256 sidecar), which must hash the whole file.
+Exit status: 0 fine, 1 the model is bad (invalid GGUF or sha256 mismatch), 2 no model to read
+(missing path, default model not installed, unreadable sidecar) or a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from edgellama.ggml_types import type_name
+from edgellama.gguf import GGUFError, GGUFFile, GGUFValueType, ValueTypes
+
+SUMMARY_ITEMS = 8  # arrays longer than this are summarized unless --full
+SUMMARY_HEAD = 3
+LONG_STRING = 100  # characters shown of a long string (chat templates) unless --full
+_HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
+
+EXIT_OK, EXIT_BAD_MODEL, EXIT_NO_MODEL = 0, 1, 2
+
+
+class _Fail(Exception):
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "info",
+        help="show what a GGUF model holds (like llama.cpp's gguf-dump)",
+        description="Show a GGUF model's architecture, hyperparameters, metadata, tensor types and sizes. "
+        "Reads only the file header, unless a checksum is verified.",
+    )
+    p.add_argument("model", nargs="?", type=Path, help="GGUF file (default: the installed default model)")
+    p.add_argument("--tensors", action="store_true", help="also print the tensor table")
+    p.add_argument("--full", action="store_true", help="print long arrays and strings whole")
+    p.add_argument("--json", action="store_true", help="print everything as one JSON object")
+    p.add_argument(
+        "--sha256",
+        metavar="HEX",
+        help="verify the file against this sha256 (default: MODEL.sha256 beside the file, if present)",
+    )
+    p.add_argument("--system", action="store_true", help="also print the kernel ISA and CPU features")
+    p.set_defaults(func=run, handler=run)  # edgellama.cli dispatches on args.handler
+    return p
+
+
+# --- value formatting -----------------------------------------------------------------------------
+
+
+def _type_label(types: ValueTypes) -> str:
+    if types[0] != GGUFValueType.ARRAY:
+        return types[0].name.lower()
+    return "[" * (len(types) - 1) + types[-1].name.lower() + "]" * (len(types) - 1)
+
+
+def _scalar_text(v: Any, vtype: GGUFValueType) -> str:
+    if vtype == GGUFValueType.FLOAT32:
+        return str(np.float32(v))  # the shortest text that is this float32, not its double expansion
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)  # quoted, newlines escaped: one line per key
+    return str(v)
+
+
+def _items_text(items: list[Any], vtype: GGUFValueType) -> str:
+    if vtype == GGUFValueType.STRING:
+        return ", ".join(repr(s) for s in items)
+    if vtype == GGUFValueType.FLOAT32:
+        return ", ".join(str(np.float32(x)) for x in items)
+    return ", ".join(str(x) for x in items)
+
+
+def value_text(value: Any, types: ValueTypes, full: bool) -> str:
+    """One-line rendering of a metadata value; long arrays and strings summarized unless full."""
+    if types[0] != GGUFValueType.ARRAY:
+        if isinstance(value, str) and not full and len(value) > LONG_STRING:
+            return _scalar_text(value[:LONG_STRING], types[0]) + f" ... ({len(value)} chars)"
+        return _scalar_text(value, types[0])
+    n = len(value)
+    if len(types) > 2 or (n and isinstance(value[0], (list, np.ndarray))):  # nested: show the structure
+        inner = [value_text(v, types[1:], full) for v in (value if full else value[:SUMMARY_HEAD])]
+        more = ", ..." if not full and n > SUMMARY_HEAD else ""
+        return f"[{n} x {_type_label(types[1:])}] [{', '.join(inner)}{more}]"
+    items = value.tolist() if isinstance(value, np.ndarray) else list(value)
+    if full or n <= SUMMARY_ITEMS:
+        return f"[{_items_text(items, types[1])}]"
+    return f"[{n} x {types[1].name.lower()}] [{_items_text(items[:SUMMARY_HEAD], types[1])}, ...]"
+
+
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)  # JSON has no NaN/Infinity
+    if isinstance(v, np.ndarray):
+        return _json_safe(v.tolist())
+    if isinstance(v, list):
+        return [_json_safe(x) for x in v]
+    return v
+
+
+def value_json(value: Any, types: ValueTypes, full: bool) -> dict[str, Any]:
+    d: dict[str, Any] = {"type": types[0].name.lower()}
+    if types[0] != GGUFValueType.ARRAY:
+        d["value"] = _json_safe(value)
+        return d
+    d["element_type"] = _type_label(types[1:])
+    d["length"] = len(value)
+    if full or len(value) <= SUMMARY_ITEMS:
+        d["value"] = _json_safe(value)
+    else:
+        d["head"] = _json_safe(value[:SUMMARY_HEAD])
+    return d
+
+
+# --- report --------------------------------------------------------------------------------------
+
+
+def type_table(f: GGUFFile) -> list[dict[str, Any]]:
+    """Tensors, elements and bytes per ggml type, biggest first."""
+    rows: dict[int, dict[str, Any]] = {}
+    for t in f.tensors:
+        r = rows.setdefault(t.ggml_type, {"type": type_name(t.ggml_type), "tensors": 0, "elements": 0, "bytes": 0})
+        r["tensors"] += 1
+        r["elements"] += t.n_elements
+        r["bytes"] += t.n_bytes
+    return sorted(rows.values(), key=lambda r: (-r["bytes"], r["type"]))
+
+
+def hyperparameters(f: GGUFFile) -> dict[str, str]:
+    arch = f.architecture
+    if not arch:
+        return {}
+    prefix = arch + "."
+    return {k[len(prefix) :]: k for k in f.metadata if k.startswith(prefix)}
+
+
+def report_json(f: GGUFFile, full: bool, sha: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "path": str(f.path),
+        "file_size": f.file_size,
+        "version": f.version,
+        "alignment": f.alignment,
+        "data_offset": f.data_offset,
+        "metadata_count": len(f.metadata),
+        "tensor_count": len(f.tensors),
+        "architecture": f.architecture,
+        "hyperparameters": {short: _json_safe(f.metadata[k]) for short, k in hyperparameters(f).items()},
+        "metadata": {k: value_json(v, f.metadata_types[k], full) for k, v in f.metadata.items()},
+        "types": type_table(f),
+        "tensors": [
+            {"name": t.name, "shape": list(t.shape), "type": t.type_name, "offset": t.offset, "n_bytes": t.n_bytes}
+            for t in f.tensors
+        ],
+        "sha256": sha,
+    }
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n / 1024:.1f} KiB"
+
+
+def report_text(f: GGUFFile, out: TextIO, tensors: bool, full: bool, sha: dict[str, Any] | None) -> None:
+    w = out.write
+    w(f"model         {f.path}\n")
+    w(f"file size     {f.file_size:,} bytes ({_size(f.file_size)})\n")
+    w(
+        f"format        GGUF v{f.version}, {len(f.metadata)} metadata keys, {len(f.tensors)} tensors, "
+        f"alignment {f.alignment}, data at byte {f.data_offset:,}\n"
+    )
+    if sha is not None:
+        w(f"sha256        {sha['expected']} verified ({sha['source']})\n")
+    w(f"architecture  {f.architecture or '(none: no general.architecture key)'}\n")
+    hp = hyperparameters(f)
+    if hp:
+        width = max(len(s) for s in hp)
+        for short, key in sorted(hp.items()):
+            w(f"  {short:<{width}}  {value_text(f.metadata[key], f.metadata_types[key], full)}\n")
+
+    w("\ntensor types\n")
+    rows = type_table(f)
+    total_bytes = sum(r["bytes"] for r in rows) or 1
+    w(f"  {'type':<8} {'tensors':>8} {'elements':>14} {'bytes':>14} {'share':>7}\n")
+    for r in rows:
+        share = 100.0 * r["bytes"] / total_bytes
+        w(f"  {r['type']:<8} {r['tensors']:>8} {r['elements']:>14,} {r['bytes']:>14,} {share:>6.1f}%\n")
+    w(
+        f"  {'total':<8} {len(f.tensors):>8} {sum(r['elements'] for r in rows):>14,} "
+        f"{sum(r['bytes'] for r in rows):>14,}\n"
+    )
+
+    w(f"\nmetadata ({len(f.metadata)} keys)\n")
+    if f.metadata:
+        kw = max(len(k) for k in f.metadata)
+        tw = max(len(_type_label(t)) for t in f.metadata_types.values())
+        for k, v in f.metadata.items():
+            types = f.metadata_types[k]
+            w(f"  {k:<{kw}}  {_type_label(types):<{tw}}  {value_text(v, types, full)}\n")
+
+    if tensors:
+        w(f"\ntensors ({len(f.tensors)})\n")
+        nw = max([len(t.name) for t in f.tensors] + [4])
+        w(f"  {'#':>4}  {'name':<{nw}}  {'shape':<22} {'type':<7} {'offset':>14} {'bytes':>12}\n")
+        for i, t in enumerate(f.tensors):
+            shape = " x ".join(str(d) for d in t.shape)
+            w(f"  {i:>4}  {t.name:<{nw}}  {shape:<22} {t.type_name:<7} {t.offset:>14,} {t.n_bytes:>12,}\n")
+
+
+def system_text() -> str:
+    try:
+        from edgellama import kernels  # the C extension: loaded only when asked for
+    except (ImportError, OSError) as exc:  # not built, or a broken .so: either way, say so
+        return f"kernels       C extension not available ({type(exc).__name__}: {exc})\n"
+    try:
+        return f"kernels       {kernels.isa()}\ncpu features  {kernels.cpu_features()}\n"
+    except (AttributeError, OSError, RuntimeError) as exc:  # an older .so without these entry points
+        return f"kernels       C extension loaded but did not answer ({type(exc).__name__}: {exc})\n"
+
+
+# --- checksum ------------------------------------------------------------------------------------
+
+
+def read_sidecar(sidecar: Path, model: Path) -> str:
+    """Expected hex from a `sha256sum` line ("HEX  name" or "HEX *name") or a bare hex digest."""
+    try:
+        lines = [ln.strip() for ln in sidecar.read_text().splitlines() if ln.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _Fail(f"cannot read {sidecar}: {exc}", EXIT_NO_MODEL) from None
+    candidates = []
+    for ln in lines:
+        parts = ln.split(None, 1)
+        name = parts[1].lstrip("*") if len(parts) > 1 else None
+        if _HEX64.match(parts[0]) and (name is None or Path(name).name == model.name or len(lines) == 1):
+            candidates.append(parts[0].lower())
+    if len(candidates) != 1:
+        raise _Fail(f"{sidecar}: no sha256 line for {model.name} (expected 'HEX  {model.name}')", EXIT_NO_MODEL)
+    return candidates[0]
+
+
+def check_sha256(model: Path, given: str | None) -> dict[str, Any] | None:
+    from edgellama.default_model import verified
+
+    sidecar = model.with_name(model.name + ".sha256")
+    if given is not None:
+        if not _HEX64.match(given):
+            raise _Fail(f"--sha256 wants 64 hex digits, got {given!r}", EXIT_NO_MODEL)
+        expected, source = given.lower(), "--sha256"
+    elif sidecar.is_file():
+        expected, source = read_sidecar(sidecar, model), str(sidecar)
+    else:
+        return None
+    # verified() remembers a match in a MODEL.verified stamp (size + mtime), so a re-run is instant.
+    if not verified(model, expected):
+        raise _Fail(f"{model}: sha256 mismatch: the file does not hash to {expected} (from {source})",
+                    EXIT_BAD_MODEL)
+    return {"expected": expected, "source": source, "ok": True}
+
+
+# --- entry points --------------------------------------------------------------------------------
+
+
+def _model_path(arg: Path | None) -> Path:
+    if arg is not None:
+        return arg
+    from edgellama.default_model import ModelNotAvailable, default_model_path
+
+    try:
+        return default_model_path()
+    except ModelNotAvailable as exc:
+        raise _Fail(str(exc), EXIT_NO_MODEL) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    try:
+        if args.system and not args.json:
+            out.write(system_text())
+        path = _model_path(args.model)
+        if not path.exists():
+            raise _Fail(f"{path}: no such file", EXIT_NO_MODEL)
+        if path.is_dir():
+            raise _Fail(f"{path}: is a directory, not a GGUF file", EXIT_NO_MODEL)
+        try:
+            f = GGUFFile(path)
+        except GGUFError as exc:
+            raise _Fail(f"invalid GGUF: {exc}", EXIT_BAD_MODEL) from None
+        with f:
+            sha = check_sha256(path, args.sha256)
+            if args.json:
+                doc = report_json(f, args.full, sha)
+                if args.system:
+                    doc["system"] = system_text()
+                json.dump(doc, out, ensure_ascii=False, indent=1)
+                out.write("\n")
+            else:
+                report_text(f, out, args.tensors, args.full, sha)
+        out.flush()
+    except _Fail as exc:
+        print(f"edgellama info: {exc}", file=sys.stderr)
+        return exc.code
+    except BrokenPipeError:  # `edgellama info | head`: the reader left, which is not an error
+        # Point stdout at /dev/null so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="edgellama")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_parser(sub)
+    args = parser.parse_args(["info", *(sys.argv[1:] if argv is None else argv)])
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
