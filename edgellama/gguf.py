@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -271,7 +272,9 @@ class GGUFFile:
     """A mapped GGUF file: ``metadata``, ``metadata_types``, ``tensors`` (file order) and views of the data.
 
     The mapping lives until close() (or the end of a ``with`` block); numpy views taken from it keep it
-    alive past close() rather than dangling, so data handed out stays valid.
+    alive past close() rather than dangling, so data handed out stays valid. As with any mmap, a file
+    truncated by another process while mapped makes later access to the lost pages raise SIGBUS:
+    replace model files by rename, never rewrite them in place.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -283,6 +286,10 @@ class GGUFFile:
         self._value_pos: dict[str, int] = {}  # key -> offset of its value, for raw()
         self._mm: mmap.mmap | None = None
         try:
+            # A FIFO or device would block open() or have no size: only regular files are mapped.
+            if not stat.S_ISREG(os.stat(self.path).st_mode):
+                kind = "a directory" if self.path.is_dir() else "not a regular file"
+                raise GGUFError(f"{self.path}: cannot open: {kind}")
             with open(self.path, "rb") as f:
                 if os.fstat(f.fileno()).st_size == 0:
                     raise GGUFError(f"{self.path}: empty file, not a GGUF file", 0)

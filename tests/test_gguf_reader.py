@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import mmap
+import os
 import time
 from pathlib import Path
 
@@ -133,8 +134,11 @@ def test_default_alignment_is_32_and_data_section_is_aligned(tmp_path: Path) -> 
 def test_missing_directory_and_empty_paths_raise_gguf_error(tmp_path: Path) -> None:
     with pytest.raises(GGUFError, match="cannot open"):
         GGUFFile(tmp_path / "nope.gguf")
-    with pytest.raises(GGUFError, match="cannot open"):
+    with pytest.raises(GGUFError, match="cannot open: a directory"):
         GGUFFile(tmp_path)
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(GGUFError, match="not a regular file"):  # and it must not block in open()
+        GGUFFile(tmp_path / "fifo")
     (tmp_path / "empty.gguf").write_bytes(b"")
     with pytest.raises(GGUFError, match="empty file"):
         GGUFFile(tmp_path / "empty.gguf")
