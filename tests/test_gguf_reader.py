@@ -40,10 +40,11 @@ def test_gemma3_vocab_arrays_are_typed_readonly_views_of_the_mapping(gemma_path:
 
 def test_gemma3_opens_fast(gemma_path: Path) -> None:
     GGUFFile(gemma_path).close()  # warm the page cache: this measures parsing, not the disk
-    t0 = time.perf_counter()
+    # CPU time, not wall time: the shared test host is often loaded by other jobs
+    t0 = time.process_time()
     with GGUFFile(gemma_path) as f:
         assert len(f.metadata["tokenizer.ggml.tokens"]) == 262144
-    assert time.perf_counter() - t0 < 0.5  # ~0.1 s measured on the dev host; gguf-py takes ~13 s
+    assert time.process_time() - t0 < 0.5  # ~0.1-0.16 s measured on the dev host; gguf-py takes ~13 s
 
 
 def test_tensor_data_is_a_readonly_view_of_exactly_its_bytes(tmp_path: Path) -> None:
