@@ -1,7 +1,336 @@
 /* arch/avx2.c - AVX2 + FMA + F16C kernels for x86-64 hosts (compiled with target attributes, so
- * the library still loads on CPUs without them; dispatch.c only installs these when cpuid says so). */
+ * the library still loads on CPUs without them; dispatch.c only installs these when cpuid says so).
+ * Float rows, the 32-value block formats and activation quantization live here; the K-quant dot
+ * products and Q8_K quantization are in avx2_kquants.c. No AVX-512 here: a separate path. */
 #include "../dispatch.h"
 
 #if defined(__x86_64__)
-void el_kernels_fill_avx2(el_kernels *k) { k->name = "avx2"; }
+#include <immintrin.h>
+#include <string.h>
+
+#include "avx2_common.h"
+
+/* ---- float rows ---- */
+
+/* Four independent accumulators of 8 lanes: enough FMAs in flight to hide their latency. */
+EL_AVX2 static float dot_f32_avx2(size_t n, const float *a, const float *b) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float s = el_hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* 8 halves from p (any alignment) as floats */
+EL_AVX2 static inline __m256 load_f16x8(const void *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+/* 8 bfloat16 from p as floats: a bf16 is the top half of a float32 */
+EL_AVX2 static inline __m256 load_bf16x8(const void *p) {
+    const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+}
+
+EL_AVX2 static float dot_f32_f16_avx2(size_t n, const float *a, const el_half *b) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_f16x8(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load_f16x8(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), load_f16x8(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), load_f16x8(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_f16x8(b + i), s0);
+    float s = el_hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) s += a[i] * _cvtsh_ss(b[i]);
+    return s;
+}
+
+EL_AVX2 static void axpy_f16_avx2(size_t n, float alpha, const el_half *x, float *y) {
+    const __m256 va = _mm256_set1_ps(alpha);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load_f16x8(x + i), _mm256_loadu_ps(y + i)));
+        _mm256_storeu_ps(y + i + 8, _mm256_fmadd_ps(va, load_f16x8(x + i + 8), _mm256_loadu_ps(y + i + 8)));
+    }
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load_f16x8(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += alpha * _cvtsh_ss(x[i]);
+}
+
+EL_AVX2 static void axpy_f32_avx2(size_t n, float alpha, const float *x, float *y) {
+    const __m256 va = _mm256_set1_ps(alpha);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+        _mm256_storeu_ps(y + i + 8, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8)));
+    }
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += alpha * x[i];
+}
+
+/* Float weight rows as vec_dot entries. GGUF rows may sit at any byte offset: every load is loadu,
+ * and the scalar tails go through memcpy. */
+EL_AVX2 static float vec_dot_f32_avx2(size_t n, const void *w, const void *a) {
+    const uint8_t *pw = w, *pa = a;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(pw + 4 * i)), _mm256_loadu_ps((const float *)(pa + 4 * i)), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(pw + 4 * i + 32)), _mm256_loadu_ps((const float *)(pa + 4 * i + 32)), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(pw + 4 * i + 64)), _mm256_loadu_ps((const float *)(pa + 4 * i + 64)), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(pw + 4 * i + 96)), _mm256_loadu_ps((const float *)(pa + 4 * i + 96)), s3);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(pw + 4 * i)), _mm256_loadu_ps((const float *)(pa + 4 * i)), s0);
+    float s = el_hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) {
+        float x, y;
+        memcpy(&x, pw + 4 * i, 4);
+        memcpy(&y, pa + 4 * i, 4);
+        s += x * y;
+    }
+    return s;
+}
+
+#define EL_HALF_ROW_DOT(NAME, LOAD8, TO_F32)                                                       \
+    EL_AVX2 static float NAME(size_t n, const void *w, const void *a) {                            \
+        const uint8_t *pw = w, *pa = a;                                                            \
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                                \
+        size_t i = 0;                                                                              \
+        for (; i + 32 <= n; i += 32) {                                                             \
+            s0 = _mm256_fmadd_ps(LOAD8(pw + 2 * i), _mm256_loadu_ps((const float *)(pa + 4 * i)), s0);      \
+            s1 = _mm256_fmadd_ps(LOAD8(pw + 2 * i + 16), _mm256_loadu_ps((const float *)(pa + 4 * i + 32)), s1); \
+            s2 = _mm256_fmadd_ps(LOAD8(pw + 2 * i + 32), _mm256_loadu_ps((const float *)(pa + 4 * i + 64)), s2); \
+            s3 = _mm256_fmadd_ps(LOAD8(pw + 2 * i + 48), _mm256_loadu_ps((const float *)(pa + 4 * i + 96)), s3); \
+        }                                                                                          \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            s0 = _mm256_fmadd_ps(LOAD8(pw + 2 * i), _mm256_loadu_ps((const float *)(pa + 4 * i)), s0);      \
+        float s = el_hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));         \
+        for (; i < n; i++) {                                                                       \
+            uint16_t h;                                                                            \
+            float y;                                                                               \
+            memcpy(&h, pw + 2 * i, 2);                                                             \
+            memcpy(&y, pa + 4 * i, 4);                                                             \
+            s += TO_F32(h) * y;                                                                    \
+        }                                                                                          \
+        return s;                                                                                  \
+    }
+
+EL_HALF_ROW_DOT(vec_dot_f16_avx2, load_f16x8, _cvtsh_ss)
+EL_HALF_ROW_DOT(vec_dot_bf16_avx2, load_bf16x8, el_bf16_to_fp32)
+
+/* ---- 32-value blocks: unpack to 32 int8 in value order, then one integer dot per block ---- */
+
+/* 16 bytes of nibbles -> 32 bytes: low nibbles are values 0..15, high nibbles values 16..31 */
+EL_AVX2 static inline __m256i unpack_nibbles_32(const uint8_t *p) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)p);
+    const __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+}
+
+/* 32 bits (little endian) -> 32 bytes, 0xFF where bit j is set */
+EL_AVX2 static inline __m256i unpack_bits_32(const uint8_t *p) {
+    uint32_t x;
+    memcpy(&x, p, 4);
+    /* byte j takes byte j/8 of x (vpshufb works within 128-bit lanes; each lane holds x) */
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x), spread);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
+}
+
+/* signed x signed bytes: vpmaddubsw wants one unsigned operand, so move x's sign onto y.
+ * Exact unless a byte of x is -128 (|x| wraps): no quantizer here produces -128 in weights. */
+EL_AVX2 static inline __m256 dot_i8_f32(__m256i x, __m256i y) {
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* unsigned x (< 128) x signed y */
+EL_AVX2 static inline __m256 dot_u8_f32(__m256i x, __m256i y) {
+    const __m256i p16 = _mm256_maddubs_epi16(x, y);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+EL_AVX2 static inline __m256i load_q8_0(const uint8_t *b) { return _mm256_loadu_si256((const __m256i *)(b + 2)); }
+
+EL_AVX2 static inline __m256i load_q4_0(const uint8_t *b) {
+    return _mm256_sub_epi8(unpack_nibbles_32(b + 2), _mm256_set1_epi8(8));
+}
+
+/* value - 16 = nibble | 0xF0 (as int8) when the high bit is clear, the nibble when it is set */
+EL_AVX2 static inline __m256i load_q5_0(const uint8_t *b) {
+    const __m256i hi = _mm256_andnot_si256(unpack_bits_32(b + 2), _mm256_set1_epi8((char)0xF0));
+    return _mm256_or_si256(unpack_nibbles_32(b + 6), hi);
+}
+
+EL_AVX2 static inline __m256i load_q4_1(const uint8_t *b) { return unpack_nibbles_32(b + 4); }
+
+EL_AVX2 static inline __m256i load_q5_1(const uint8_t *b) {
+    const __m256i hi = _mm256_and_si256(unpack_bits_32(b + 4), _mm256_set1_epi8(0x10));
+    return _mm256_or_si256(unpack_nibbles_32(b + 8), hi);
+}
+
+/* Symmetric weights x Q8_0 (34-byte blocks: fp16 d, 32 int8): two blocks per iteration into two
+ * accumulators, so the convert/FMA chains of neighbouring blocks overlap. */
+#define EL_DOT_SYM(NAME, WBYTES, LOADW)                                                            \
+    EL_AVX2 static float NAME(size_t n, const void *w, const void *a) {                            \
+        const uint8_t *pw = w, *pa = a;                                                            \
+        const size_t nb = n / 32;                                                                  \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                             \
+        size_t i = 0;                                                                              \
+        for (; i + 2 <= nb; i += 2) {                                                              \
+            const uint8_t *x0 = pw + i * (WBYTES), *x1 = x0 + (WBYTES);                            \
+            const uint8_t *y0 = pa + i * 34, *y1 = y0 + 34;                                        \
+            const __m256 d0 = _mm256_set1_ps(el_h2f(x0) * el_h2f(y0));                             \
+            const __m256 d1 = _mm256_set1_ps(el_h2f(x1) * el_h2f(y1));                             \
+            acc0 = _mm256_fmadd_ps(d0, dot_i8_f32(LOADW(x0), load_q8_0(y0)), acc0);                \
+            acc1 = _mm256_fmadd_ps(d1, dot_i8_f32(LOADW(x1), load_q8_0(y1)), acc1);                \
+        }                                                                                          \
+        if (i < nb) {                                                                              \
+            const uint8_t *x0 = pw + i * (WBYTES), *y0 = pa + i * 34;                              \
+            const __m256 d0 = _mm256_set1_ps(el_h2f(x0) * el_h2f(y0));                             \
+            acc0 = _mm256_fmadd_ps(d0, dot_i8_f32(LOADW(x0), load_q8_0(y0)), acc0);                \
+        }                                                                                          \
+        return el_hsum_ps(_mm256_add_ps(acc0, acc1));                                              \
+    }
+
+/* Weights with a min x Q8_1 (36-byte blocks: fp16 d, fp16 s = d * sum(q), 32 int8):
+ * d_w d_a sum(q_w q_a) + m_w s_a per block; the min terms go to their own accumulator. */
+#define EL_DOT_MIN(NAME, WBYTES, LOADW)                                                            \
+    EL_AVX2 static float NAME(size_t n, const void *w, const void *a) {                            \
+        const uint8_t *pw = w, *pa = a;                                                            \
+        const size_t nb = n / 32;                                                                  \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                             \
+        float summs = 0.0f;                                                                        \
+        size_t i = 0;                                                                              \
+        for (; i + 2 <= nb; i += 2) {                                                              \
+            const uint8_t *x0 = pw + i * (WBYTES), *x1 = x0 + (WBYTES);                            \
+            const uint8_t *y0 = pa + i * 36, *y1 = y0 + 36;                                        \
+            const __m256 d0 = _mm256_set1_ps(el_h2f(x0) * el_h2f(y0));                             \
+            const __m256 d1 = _mm256_set1_ps(el_h2f(x1) * el_h2f(y1));                             \
+            summs += el_h2f(x0 + 2) * el_h2f(y0 + 2) + el_h2f(x1 + 2) * el_h2f(y1 + 2);            \
+            const __m256i q0 = _mm256_loadu_si256((const __m256i *)(y0 + 4));                      \
+            const __m256i q1 = _mm256_loadu_si256((const __m256i *)(y1 + 4));                      \
+            acc0 = _mm256_fmadd_ps(d0, dot_u8_f32(LOADW(x0), q0), acc0);                           \
+            acc1 = _mm256_fmadd_ps(d1, dot_u8_f32(LOADW(x1), q1), acc1);                           \
+        }                                                                                          \
+        if (i < nb) {                                                                              \
+            const uint8_t *x0 = pw + i * (WBYTES), *y0 = pa + i * 36;                              \
+            const __m256 d0 = _mm256_set1_ps(el_h2f(x0) * el_h2f(y0));                             \
+            summs += el_h2f(x0 + 2) * el_h2f(y0 + 2);                                              \
+            const __m256i q0 = _mm256_loadu_si256((const __m256i *)(y0 + 4));                      \
+            acc0 = _mm256_fmadd_ps(d0, dot_u8_f32(LOADW(x0), q0), acc0);                           \
+        }                                                                                          \
+        return el_hsum_ps(_mm256_add_ps(acc0, acc1)) + summs;                                      \
+    }
+
+EL_DOT_SYM(vec_dot_q8_0_avx2, 34, load_q8_0)
+EL_DOT_SYM(vec_dot_q4_0_avx2, 18, load_q4_0)
+EL_DOT_SYM(vec_dot_q5_0_avx2, 22, load_q5_0)
+EL_DOT_MIN(vec_dot_q4_1_avx2, 20, load_q4_1)
+EL_DOT_MIN(vec_dot_q5_1_avx2, 24, load_q5_1)
+
+/* ---- activation quantization: the same bytes as quants.c's reference ----
+ * d = amax / 127, id = 1 / d, q = roundf(x * id) (half away from zero, not the nearest-even of
+ * vcvtps2dq), out-of-range or NaN products -> 0: each step is the reference's own float op. */
+
+/* roundf per lane, exactly: x - trunc(x) is exact, so compare its magnitude with 0.5 */
+EL_AVX2 static inline __m256 round_away(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    const __m256 up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m256 one = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f)); /* copysign(1, v) */
+    return _mm256_add_ps(t, _mm256_and_ps(up, one));
+}
+
+/* round_i8 of quants.c on 8 lanes, as int32 */
+EL_AVX2 static inline __m256i round_i8x8(__m256 v) {
+    const __m256 ok = _mm256_and_ps(_mm256_cmp_ps(v, _mm256_set1_ps(-128.0f), _CMP_GT_OQ),
+                                    _mm256_cmp_ps(v, _mm256_set1_ps(128.0f), _CMP_LT_OQ));
+    const __m256 r = _mm256_min_ps(round_away(v), _mm256_set1_ps(127.0f));
+    return _mm256_cvttps_epi32(_mm256_and_ps(r, ok));
+}
+
+/* four vectors of 8 int32 (each in [-128, 127]) -> 32 int8 in order */
+EL_AVX2 static inline __m256i pack_i32x32(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_packs_epi32(a, b); /* lanes interleave: a0-3 b0-3 | a4-7 b4-7 */
+    const __m256i cd = _mm256_packs_epi32(c, d);
+    const __m256i abcd = _mm256_packs_epi16(ab, cd); /* a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7 */
+    return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* quantizes the 32 floats at x to qs; returns d (float, before fp16 rounding) and the int sum */
+EL_AVX2 static inline float quant_block_q8(const float *x, int8_t *qs, int *sum) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+    const __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+    /* fmaxf(amax, |x|) ignores a NaN |x|; vmaxps returns its second operand when either is NaN,
+     * so the running max goes second and stays a number */
+    __m256 m = _mm256_setzero_ps();
+    m = _mm256_max_ps(_mm256_and_ps(v0, absmask), m);
+    m = _mm256_max_ps(_mm256_and_ps(v1, absmask), m);
+    m = _mm256_max_ps(_mm256_and_ps(v2, absmask), m);
+    m = _mm256_max_ps(_mm256_and_ps(v3, absmask), m);
+    const float amax = el_hmax_ps(m);
+    const float d = amax / 127;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id);
+    const __m256i i0 = round_i8x8(_mm256_mul_ps(v0, vid)), i1 = round_i8x8(_mm256_mul_ps(v1, vid));
+    const __m256i i2 = round_i8x8(_mm256_mul_ps(v2, vid)), i3 = round_i8x8(_mm256_mul_ps(v3, vid));
+    _mm256_storeu_si256((__m256i *)qs, pack_i32x32(i0, i1, i2, i3));
+    if (sum) *sum = el_hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+    return d;
+}
+
+EL_AVX2 static void quantize_q8_0_avx2(const float *src, void *dst, size_t n) {
+    uint8_t *p = dst;
+    for (size_t i = 0; i < n / 32; i++) {
+        uint8_t *b = p + i * 34;
+        const float d = quant_block_q8(src + i * 32, (int8_t *)(b + 2), NULL);
+        el_store_f2h(b, d);
+    }
+}
+
+EL_AVX2 static void quantize_q8_1_avx2(const float *src, void *dst, size_t n) {
+    uint8_t *p = dst;
+    for (size_t i = 0; i < n / 32; i++) {
+        uint8_t *b = p + i * 36;
+        int sum;
+        const float d = quant_block_q8(src + i * 32, (int8_t *)(b + 4), &sum);
+        el_store_f2h(b, d);
+        el_store_f2h(b + 2, (float)sum * d);
+    }
+}
+
+void el_kernels_fill_avx2(el_kernels *k) {
+    k->name = "avx2";
+    k->vec_dot[EL_TYPE_F32] = vec_dot_f32_avx2;
+    k->vec_dot[EL_TYPE_F16] = vec_dot_f16_avx2;
+    k->vec_dot[EL_TYPE_BF16] = vec_dot_bf16_avx2;
+    k->vec_dot[EL_TYPE_Q8_0] = vec_dot_q8_0_avx2;
+    k->vec_dot[EL_TYPE_Q4_0] = vec_dot_q4_0_avx2;
+    k->vec_dot[EL_TYPE_Q5_0] = vec_dot_q5_0_avx2;
+    k->vec_dot[EL_TYPE_Q4_1] = vec_dot_q4_1_avx2;
+    k->vec_dot[EL_TYPE_Q5_1] = vec_dot_q5_1_avx2;
+    k->quantize_act[EL_TYPE_Q8_0] = quantize_q8_0_avx2;
+    k->quantize_act[EL_TYPE_Q8_1] = quantize_q8_1_avx2;
+    k->dot_f32 = dot_f32_avx2;
+    k->dot_f32_f16 = dot_f32_f16_avx2;
+    k->axpy_f16 = axpy_f16_avx2;
+    k->axpy_f32 = axpy_f32_avx2;
+    el_kernels_fill_avx2_kquants(k);
+}
 #endif

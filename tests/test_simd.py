@@ -1,0 +1,370 @@
+"""SIMD kernels (AVX2 now, NEON through the same tests when built there) against the scalar reference:
+vec_dot per type, activation quantization bytes, float helpers, and matmul vs float64 numpy."""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+import edgellama
+from edgellama import kernels
+from edgellama._native import check, lib
+from edgellama._native import ffi as api_ffi
+from edgellama.engine import Pool
+from edgellama.ggml_types import TYPE_SIZES
+from edgellama.ggml_types import GGMLType as T
+
+FLOAT_TYPES = [T.F32, T.F16, T.BF16]
+BLOCK_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
+WEIGHT_TYPES = FLOAT_TYPES + BLOCK_TYPES
+
+# Tolerance of a SIMD float result vs the scalar one. The integer sum of each block is exact on both
+# paths; they differ only in how the per-block float terms are rounded and summed (lanes, FMA), so
+# the difference is bounded by a few ulp per term: |simd - scalar| <= REL_TOL * sum|terms|.
+REL_TOL = 1e-5
+
+# Block layouts (ggml-common.h): fp16 scale fields, and the byte ranges holding only quant bits
+# (zeroing them leaves each value at its block's offset, which bounds the min terms of the dot).
+HALF_FIELDS: dict[int, list[int]] = {
+    T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
+    T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
+}
+QUANT_BYTES: dict[int, list[tuple[int, int]]] = {
+    T.Q4_1: [(4, 20)], T.Q5_1: [(4, 24)], T.Q2_K: [(16, 80)], T.Q4_K: [(16, 144)], T.Q5_K: [(16, 176)],
+}
+
+SIMD_ISAS = ["avx2", "neon", "neon-dotprod"]
+
+
+@pytest.fixture(params=SIMD_ISAS)
+def simd_isa(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each SIMD ISA this CPU/build has; the best ISA is restored whatever the test does."""
+    name: str = request.param
+    if not kernels.isa_available(name):
+        pytest.skip(f"ISA {name} not available on this CPU/build")
+    yield name
+    kernels.set_isa(None)
+
+
+# ---- internal entry points (not in edgellama.h): the dispatch table and the activation quantizer ----
+# They are exported from the extension module, so an ABI-mode handle on the same loaded .so sees the
+# same dispatch table. The struct mirrors csrc/dispatch.h; test_internal_table_is_the_active_one
+# fails if it drifts.
+INTERNAL_CDEF = """
+typedef struct {
+    const char *name;
+    void *vec_dot[31];
+    void *quantize_act[31];
+    float (*dot_f32)(size_t n, const float *a, const float *b);
+    float (*dot_f32_f16)(size_t n, const float *a, const uint16_t *b);
+    void (*axpy_f16)(size_t n, float alpha, const uint16_t *x, float *y);
+    void (*axpy_f32)(size_t n, float alpha, const float *x, float *y);
+} el_kernels;
+const el_kernels *el_kern(void);
+void el_quantize_act(void *pool, int wtype, const float *x, size_t cols, size_t n_vec, void *act);
+"""
+
+
+@pytest.fixture(scope="module")
+def internal() -> Any:
+    from cffi import FFI
+
+    so = glob.glob(os.path.join(os.path.dirname(edgellama.__file__), "_edgellama_c*.so"))
+    if not so:
+        pytest.skip("extension module file not found")
+    ffi = FFI()
+    ffi.cdef(INTERNAL_CDEF)
+    return ffi, ffi.dlopen(so[0])
+
+
+# ---- data ----
+
+
+def random_blocks(wtype: int, n: int, rng: np.random.Generator) -> npt.NDArray[np.uint8]:
+    """Every bit pattern of the quant fields, with finite fp16 scales: a stronger probe of the
+    unpacking than quantized Gaussians, which leave many patterns unused."""
+    if wtype == T.F32:
+        return rng.standard_normal(n).astype(np.float32).view(np.uint8)
+    if wtype == T.F16:
+        return rng.standard_normal(n).astype(np.float16).view(np.uint8)
+    if wtype == T.BF16:
+        return (rng.standard_normal(n).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+    bs, ts = TYPE_SIZES[wtype]
+    raw = rng.integers(0, 256, size=(n // bs, ts), dtype=np.uint8)
+    for off in HALF_FIELDS[wtype]:
+        raw[:, off : off + 2] = (rng.standard_normal(n // bs) * 0.05).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    if wtype == T.Q8_0:
+        # -128 is outside what any Q8_0 quantizer writes (|q| <= 127); the sign trick of the SIMD
+        # dot products (vpsignb / vpmaddubsw) relies on it, as ggml's do
+        q = raw[:, 2:]
+        q[q == 0x80] = 0x81
+    return raw.reshape(-1)
+
+
+def activations(wtype: int, x: npt.NDArray[np.float32]) -> npt.NDArray[Any]:
+    at = kernels.vec_dot_type(wtype)
+    return x if at == T.F32 else kernels.quantize(x, at)
+
+
+def dequant(t: int, raw: npt.NDArray[Any], n: int) -> npt.NDArray[np.float64]:
+    """Any type's bytes (weights or the activation formats Q8_1 / Q8_K) as float64."""
+    src = np.ascontiguousarray(np.asarray(raw).reshape(-1)).view(np.uint8)
+    out = np.empty(n, np.float32)
+    check(lib.el_dequantize(t, api_ffi.from_buffer(src), src.size, api_ffi.from_buffer("float[]", out), n), "dequantize")
+    return out.astype(np.float64)
+
+
+def term_scale(wtype: int, w: npt.NDArray[np.uint8], a: npt.NDArray[Any], n: int) -> float:
+    """sum over values of (|w| + 2 |min offset|) |a|: bounds the magnitude of the per-block float terms
+    either path adds (for types with a min, d*q*a and m*a are added separately)."""
+    at = kernels.vec_dot_type(wtype)
+    wd = np.abs(dequant(wtype, w, n)) + 2 * np.abs(min_offsets(wtype, w, n))
+    return float(np.sum(wd * np.abs(dequant(at, a, n)))) + 1e-30
+
+
+def both_isas(isa: str, fn: Any, *args: Any) -> tuple[Any, Any]:
+    """fn(*args) under the scalar reference, then under isa."""
+    kernels.set_isa("scalar")
+    ref = fn(*args)
+    kernels.set_isa(isa)
+    return ref, fn(*args)
+
+
+def sizes_for(wtype: int) -> list[int]:
+    bs = TYPE_SIZES[wtype].block_size
+    if bs == 1:
+        return [1, 7, 8, 31, 33, 64, 257, 640]
+    return [bs * k for k in (1, 2, 3, 5, 8)] if bs == 32 else [256, 512, 768, 2048]
+
+
+# ---- vec_dot ----
+
+
+@pytest.mark.parametrize("wtype", WEIGHT_TYPES, ids=lambda t: T(t).name)
+def test_vec_dot_matches_scalar_on_random_blocks(simd_isa: str, wtype: int) -> None:
+    rng = np.random.default_rng(int(wtype) + 100)
+    for n in sizes_for(wtype):
+        for _ in range(4):
+            w = random_blocks(wtype, n, rng)
+            a = activations(wtype, rng.standard_normal(n).astype(np.float32))
+            ref, got = both_isas(simd_isa, kernels.vec_dot, wtype, w, a, n)
+            tol = REL_TOL * term_scale(wtype, w, a, n)
+            assert abs(got - ref) <= tol, f"{T(wtype).name} n={n}: {got} vs scalar {ref} (tol {tol:.3g})"
+
+
+@pytest.mark.parametrize("wtype", WEIGHT_TYPES, ids=lambda t: T(t).name)
+def test_vec_dot_matches_scalar_on_quantized_rows_at_odd_addresses(simd_isa: str, wtype: int) -> None:
+    """Real rows come from the reference quantizer, and GGUF packs blocks at any byte offset."""
+    rng = np.random.default_rng(int(wtype) + 200)
+    n = sizes_for(wtype)[-2]
+    w0 = kernels.quantize(rng.standard_normal(n).astype(np.float32), wtype)
+    a0 = activations(wtype, rng.standard_normal(n).astype(np.float32)).view(np.uint8)
+    for off in (1, 2, 3):
+        w = np.zeros(w0.size + off, np.uint8)[off:]
+        w[:] = w0
+        a = np.zeros(a0.size + off, np.uint8)[off:]
+        a[:] = a0
+        assert w.ctypes.data % 2 == off % 2
+        ref, got = both_isas(simd_isa, kernels.vec_dot, wtype, w, a, n)
+        assert abs(got - ref) <= REL_TOL * term_scale(wtype, w0, a0, n)
+
+
+@pytest.mark.parametrize("wtype", BLOCK_TYPES, ids=lambda t: T(t).name)
+def test_vec_dot_of_integer_valued_blocks_is_exact(simd_isa: str, wtype: int) -> None:
+    """With unit scales every float step is exact, so any unpacking slip shows as a wrong integer."""
+    rng = np.random.default_rng(int(wtype) + 300)
+    bs, ts = TYPE_SIZES[wtype]
+    n = 2 * bs
+    blocks = random_blocks(wtype, n, rng).reshape(-1, ts)
+    for off in HALF_FIELDS[wtype]:  # d = 1 and any min / dmin = 1
+        blocks[:, off : off + 2] = np.frombuffer(np.float16(1.0).tobytes(), np.uint8)
+    w = blocks.reshape(-1)
+    # small integers, and 127 first in every activation block: Q8_0/Q8_1 get d = 1, Q8_K d = -1, so
+    # the quantized activations are these integers and every partial sum stays below 2^24
+    x = rng.integers(-3, 4, size=n).astype(np.float32)
+    x[::bs] = 127.0
+    a = activations(wtype, x)
+    expect = float(np.dot(dequant(wtype, w, n), dequant(kernels.vec_dot_type(wtype), a, n)))
+    ref, got = both_isas(simd_isa, kernels.vec_dot, wtype, w, a, n)
+    assert abs(expect) < 2**24  # so float32 holds it exactly
+    assert ref == expect
+    assert got == expect
+
+
+# ---- activation quantization: byte-identical to the reference ----
+
+ACT_FOR: dict[int, int] = {T.Q8_0: T.Q8_0, T.Q8_1: T.Q4_1, T.Q8_K: T.Q4_K}  # activation type -> a weight type using it
+
+
+def quantize_act(internal: Any, act_type: int, x: npt.NDArray[np.float32]) -> bytes:
+    ffi, lib = internal
+    out = np.zeros(kernels.quantize(np.zeros(x.size, np.float32), act_type).size, np.uint8)
+    lib.el_quantize_act(ffi.NULL, ACT_FOR[act_type], ffi.from_buffer("float[]", x), x.size, 1, ffi.from_buffer(out))
+    return out.tobytes()
+
+
+def act_inputs(act_type: int, rng: np.random.Generator) -> list[npt.NDArray[np.float32]]:
+    bs = TYPE_SIZES[act_type].block_size
+    n = 4 * bs
+    out = [rng.standard_normal(n).astype(np.float32) * s for s in (1.0, 1e-3, 1e-6, 300.0)]
+    # exact .5 ties after scaling: Q8_0/Q8_1 round half away from zero (amax 127 -> d = 1);
+    # Q8_K rounds half to even (max -127 -> iscale = 1)
+    ties = (rng.integers(-120, 120, size=n) + 0.5).astype(np.float32)
+    ties[::bs] = -127.0 if act_type == T.Q8_K else 127.0
+    out.append(ties)
+    # the sign of the first largest magnitude decides Q8_K's scale: ties inside one 8-lane group
+    # and across groups, either sign first
+    for i, j, v in ((3, 5, 5.0), (2, 6, -5.0), (4, 20, 5.0), (1, 17, -5.0)):
+        first = rng.uniform(-4, 4, size=n).astype(np.float32)
+        first[i::bs], first[j::bs] = v, -v
+        out.append(first)
+    z = rng.standard_normal(n).astype(np.float32)
+    z[:bs] = 0.0  # an all-zero block
+    out.append(z)
+    return out
+
+
+@pytest.mark.parametrize("act_type", [T.Q8_0, T.Q8_1, T.Q8_K], ids=lambda t: T(t).name)
+def test_quantize_act_bytes_equal_reference(simd_isa: str, internal: Any, act_type: int) -> None:
+    rng = np.random.default_rng(int(act_type))
+    for x in act_inputs(act_type, rng):
+        ref = kernels.quantize(x, act_type).tobytes()  # el_quantize: always the reference
+        kernels.set_isa(simd_isa)
+        got = quantize_act(internal, act_type, x)
+        assert got == ref
+        kernels.set_isa("scalar")
+        assert quantize_act(internal, act_type, x) == ref  # the harness itself reads the reference
+
+
+def test_internal_table_is_the_active_one(simd_isa: str, internal: Any) -> None:
+    ffi, lib = internal
+    kernels.set_isa(simd_isa)
+    assert ffi.string(lib.el_kern().name).decode() == simd_isa
+    kernels.set_isa("scalar")
+    assert ffi.string(lib.el_kern().name).decode() == "scalar"
+
+
+# ---- float helpers used by attention ----
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 31, 64, 100, 256, 1027])
+def test_float_helpers_match_scalar(simd_isa: str, internal: Any, n: int) -> None:
+    ffi, lib = internal
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal(n).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    h = rng.standard_normal(n).astype(np.float16)
+    y0 = rng.standard_normal(n).astype(np.float32)
+    alpha = np.float32(0.37)
+    fa, fb = ffi.from_buffer("float[]", a), ffi.from_buffer("float[]", b)
+    fh = ffi.from_buffer("uint16_t[]", h.view(np.uint16))
+    eps = float(np.finfo(np.float32).eps)
+
+    def run() -> tuple[float, float, npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        k = lib.el_kern()
+        y16, y32 = y0.copy(), y0.copy()
+        k.axpy_f16(n, float(alpha), fh, ffi.from_buffer("float[]", y16))
+        k.axpy_f32(n, float(alpha), fa, ffi.from_buffer("float[]", y32))
+        return k.dot_f32(n, fa, fb), k.dot_f32_f16(n, fa, fh), y16, y32
+
+    (d_ref, dh_ref, y16_ref, y32_ref), (d, dh, y16, y32) = both_isas(simd_isa, run)
+    hf = h.astype(np.float64)
+    assert abs(d - d_ref) <= REL_TOL * float(np.sum(np.abs(a * b.astype(np.float64))))
+    assert abs(dh - dh_ref) <= REL_TOL * float(np.sum(np.abs(a * hf)))
+    # y + alpha x: one rounding with FMA, two without; both within an ulp of the exact value
+    for got, ref, x in ((y16, y16_ref, hf), (y32, y32_ref, a.astype(np.float64))):
+        exact = y0.astype(np.float64) + float(alpha) * x
+        bound = 2 * eps * (np.abs(y0) + np.abs(float(alpha) * x))
+        assert np.all(np.abs(got - exact) <= bound)
+        assert np.all(np.abs(ref - exact) <= bound)
+
+
+# ---- matmul: every ISA against float64 numpy, thread counts bit-identical ----
+
+
+def matmul_cols(wtype: int) -> int:
+    bs = TYPE_SIZES[wtype].block_size
+    return 33 if bs == 1 else 96 if bs == 32 else 512
+
+
+def min_offsets(wtype: int, w: npt.NDArray[np.uint8], n: int) -> npt.NDArray[np.float64]:
+    """Each value's block offset (m of Q4_1/Q5_1, -dmin*min of the K-quants), 0 for symmetric types."""
+    if wtype not in QUANT_BYTES:
+        return np.zeros(n)
+    z = w.reshape(-1, TYPE_SIZES[wtype].type_size).copy()
+    for lo, hi in QUANT_BYTES[wtype]:
+        z[:, lo:hi] = 0
+    return dequant(wtype, z.reshape(-1), n)
+
+
+def reference_matmul(
+    wtype: int, w: npt.NDArray[np.uint8], rows: int, cols: int, x: npt.NDArray[np.float32]
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """float64 Y = A W^T on the dequantized weights and the activations as quantized (by the reference),
+    and the bound sum |terms| per output. Q8_1 keeps s = d*sum(q) as fp16 and the Q4_1/Q5_1 dot uses
+    it for the min term (as ggml's), so the model does too."""
+    at = kernels.vec_dot_type(wtype)
+    wd = dequant(wtype, w, rows * cols).reshape(rows, cols)
+    mo = min_offsets(wtype, w, rows * cols).reshape(rows, cols)
+    acts = [activations(wtype, r) for r in x]
+    ad = np.stack([dequant(at, a, cols) for a in acts])
+    if at == T.Q8_1:
+        s = np.stack([a.reshape(-1, 36)[:, 2:4].copy().view(np.float16).reshape(-1) for a in acts]).astype(np.float64)
+        m = mo[:, ::32]  # one offset per block
+        expect = ad @ (wd - mo).T + s @ m.T
+    else:
+        expect = ad @ wd.T
+    scale = np.abs(ad) @ (np.abs(wd) + 2 * np.abs(mo)).T
+    return expect, scale
+
+
+@pytest.mark.parametrize("wtype", WEIGHT_TYPES, ids=lambda t: T(t).name)
+def test_matmul_matches_float64_reference_on_odd_sizes(simd_isa: str, wtype: int) -> None:
+    rng = np.random.default_rng(int(wtype) + 400)
+    cols = matmul_cols(wtype)
+    kernels.set_isa(simd_isa)
+    pool = Pool(2)
+    try:
+        for rows in (1, 7, 33, 257):
+            w = random_blocks(wtype, rows * cols, rng)
+            for n_vec in (1, 3, 17):
+                x = rng.standard_normal((n_vec, cols)).astype(np.float32)
+                y = kernels.matmul(w, wtype, rows, cols, x, pool)
+                assert y.shape == (n_vec, rows)
+                expect, scale = reference_matmul(wtype, w, rows, cols, x)
+                err = np.abs(y - expect)
+                assert np.all(err <= REL_TOL * scale + 1e-30), f"rows={rows} n_vec={n_vec}: max err {err.max()}"
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("wtype", [T.Q8_0, T.Q5_0, T.Q4_1, T.Q4_K, T.Q6_K, T.F16], ids=lambda t: T(t).name)
+def test_matmul_thread_counts_give_identical_bits(simd_isa: str, wtype: int) -> None:
+    rng = np.random.default_rng(int(wtype) + 500)
+    rows, cols, n_vec = 257, 512, 9  # large enough that quantization and rows both go to the pool
+    w = random_blocks(wtype, rows * cols, rng)
+    x = rng.standard_normal((n_vec, cols)).astype(np.float32)
+    kernels.set_isa(simd_isa)
+    results = []
+    for n_threads in (1, 2, 3, 4):
+        pool = Pool(n_threads)
+        try:
+            results.append(kernels.matmul(w, wtype, rows, cols, x, pool))
+        finally:
+            pool.close()
+    for r in results[1:]:
+        assert r.tobytes() == results[0].tobytes()
+    kernels.set_isa("scalar")
+    pool = Pool(1)
+    try:
+        ref = kernels.matmul(w, wtype, rows, cols, x, pool)
+    finally:
+        pool.close()
+    assert not np.array_equal(ref, np.zeros_like(ref))  # the comparison above compared real numbers
+    assert np.allclose(results[0], ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
