@@ -1,7 +1,523 @@
-/* arch/neon.c - NEON kernels for aarch64; the dotprod variant (vdotq_s32) is compiled with a target
- * attribute and installed only when HWCAP_ASIMDDP is set (Cortex-A76 / Pi 5, not A72 / Pi 4). */
+/* arch/neon.c - NEON kernels for aarch64; the dotprod variant (vdotq_s32) is this same source compiled
+ * again by neon_dotprod.c with a target pragma, installed only when HWCAP_ASIMDDP is set (Cortex-A76 /
+ * Pi 5, not A72 / Pi 4). Must not change any result the scalar reference defines exactly: see below. */
+
+/* Exactness: every block dot product forms the same exact integer sums as quants.c / quants_k.c and
+ * then the same float expression in the same block order, so with contraction off (as in the
+ * reference files) its result is bit-identical to the scalar one. The quantizers are bit-identical
+ * too. Only dot_f32, dot_f32_f16 and the axpys reassociate (4-lane partial sums, fused multiply-add). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include "../dispatch.h"
 
 #if defined(__aarch64__)
-void el_kernels_fill_neon(el_kernels *k, int dotprod) { k->name = dotprod ? "neon-dotprod" : "neon"; }
+#include <arm_neon.h>
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#ifdef EL_NEON_DOTPROD
+#define EL_FN(name) name##_dotprod
+/* acc[i] += sum of the 4 byte products a[4i..4i+3] * b[4i..4i+3] */
+static inline int32x4_t dot_s8(int32x4_t acc, int8x16_t a, int8x16_t b) { return vdotq_s32(acc, a, b); }
+#else
+#define EL_FN(name) name##_neon
+/* Plain NEON (A72): widen to 16-bit products and pairwise-accumulate into 32-bit lanes. Each
+ * product (at most 128*128) fits int16; adding two first could overflow, so each half goes alone.
+ * Lanes hold different partial sums than vdotq's, but only the total is ever used. */
+static inline int32x4_t dot_s8(int32x4_t acc, int8x16_t a, int8x16_t b) {
+    acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(a), vget_low_s8(b)));
+    return vpadalq_s16(acc, vmull_high_s8(a, b));
+}
 #endif
+
+/* Blocks sit back to back at any address (GGUF packing, numpy views): scalars come out through
+ * memcpy and vectors through vld1q_u8, which has no alignment requirement. */
+static inline float ld_f16(const uint8_t *p) {
+    __fp16 h;
+    memcpy(&h, p, 2);
+    return (float)h; /* exact, equal to el_fp16_to_fp32 on every non-NaN value */
+}
+static inline float ld_f32(const uint8_t *p) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+static inline int8x16_t ld_s8(const void *p) { return vreinterpretq_s8_u8(vld1q_u8((const uint8_t *)p)); }
+static inline int8x16_t as_s8(uint8x16_t v) { return vreinterpretq_s8_u8(v); }
+
+/* sum of the 32 products of two 32-value int8 runs */
+static inline int32_t dot32(int8x16_t w0, int8x16_t w1, const uint8_t *a) {
+    const int32x4_t p = dot_s8(dot_s8(vdupq_n_s32(0), w0, ld_s8(a)), w1, ld_s8(a + 16));
+    return vaddvq_s32(p);
+}
+
+/* 16 bytes of 0x10 where bit j of (qh >> 16 * half) is set (value j's 5th bit in Q5_0 / Q5_1) */
+static inline uint8x16_t q5_high_bits(uint32_t qh, int half) {
+    static const uint8_t sel_lo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const uint8_t sel_hi[16] = {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t bytes = vreinterpretq_u8_u32(vdupq_n_u32(qh)); /* little endian: byte k = bits 8k.. */
+    const uint8x16_t spread = vqtbl1q_u8(bytes, vld1q_u8(half ? sel_hi : sel_lo));
+    return vandq_u8(vtstq_u8(spread, vld1q_u8(bit)), vdupq_n_u8(0x10));
+}
+
+/* ---------------- 32-value blocks: Q4_0 / Q5_0 / Q8_0 x Q8_0, Q4_1 / Q5_1 x Q8_1 ---------------- */
+
+static float EL_FN(q8_0_vec_dot)(size_t n, const void *w, const void *a) {
+    const uint8_t *pw = w, *pa = a;
+    float sumf = 0.0f;
+    for (size_t i = 0; i < n / QK8_0; i++, pw += sizeof(block_q8_0), pa += sizeof(block_q8_0)) {
+        const int32_t sumi = dot32(ld_s8(pw + 2), ld_s8(pw + 18), pa + 2);
+        sumf += (float)sumi * (ld_f16(pw) * ld_f16(pa));
+    }
+    return sumf;
+}
+
+static float EL_FN(q4_0_vec_dot)(size_t n, const void *w, const void *a) {
+    const uint8_t *pw = w, *pa = a;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    const int8x16_t eight = vdupq_n_s8(8);
+    float sumf = 0.0f;
+    for (size_t i = 0; i < n / QK4_0; i++, pw += sizeof(block_q4_0), pa += sizeof(block_q8_0)) {
+        const uint8x16_t qs = vld1q_u8(pw + 2); /* low nibbles: values 0..15, high: 16..31 */
+        const int8x16_t w0 = vsubq_s8(as_s8(vandq_u8(qs, m4)), eight);
+        const int8x16_t w1 = vsubq_s8(as_s8(vshrq_n_u8(qs, 4)), eight);
+        const int32_t sumi = dot32(w0, w1, pa + 2);
+        sumf += (float)sumi * (ld_f16(pw) * ld_f16(pa));
+    }
+    return sumf;
+}
+
+static float EL_FN(q5_0_vec_dot)(size_t n, const void *w, const void *a) {
+    const uint8_t *pw = w, *pa = a;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    const int8x16_t sixteen = vdupq_n_s8(16);
+    float sumf = 0.0f;
+    for (size_t i = 0; i < n / QK5_0; i++, pw += sizeof(block_q5_0), pa += sizeof(block_q8_0)) {
+        uint32_t qh;
+        memcpy(&qh, pw + 2, 4);
+        const uint8x16_t qs = vld1q_u8(pw + 6);
+        const int8x16_t w0 = vsubq_s8(as_s8(vorrq_u8(vandq_u8(qs, m4), q5_high_bits(qh, 0))), sixteen);
+        const int8x16_t w1 = vsubq_s8(as_s8(vorrq_u8(vshrq_n_u8(qs, 4), q5_high_bits(qh, 1))), sixteen);
+        const int32_t sumi = dot32(w0, w1, pa + 2);
+        sumf += (float)sumi * (ld_f16(pw) * ld_f16(pa));
+    }
+    return sumf;
+}
+
+static float EL_FN(q4_1_vec_dot)(size_t n, const void *w, const void *a) {
+    const uint8_t *pw = w, *pa = a;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    float sumf = 0.0f;
+    for (size_t i = 0; i < n / QK4_1; i++, pw += sizeof(block_q4_1), pa += sizeof(block_q8_1)) {
+        const uint8x16_t qs = vld1q_u8(pw + 4);
+        const int32_t sumi = dot32(as_s8(vandq_u8(qs, m4)), as_s8(vshrq_n_u8(qs, 4)), pa + 4);
+        sumf += (ld_f16(pw) * ld_f16(pa)) * (float)sumi + ld_f16(pw + 2) * ld_f16(pa + 2);
+    }
+    return sumf;
+}
+
+static float EL_FN(q5_1_vec_dot)(size_t n, const void *w, const void *a) {
+    const uint8_t *pw = w, *pa = a;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    float sumf = 0.0f;
+    for (size_t i = 0; i < n / QK5_1; i++, pw += sizeof(block_q5_1), pa += sizeof(block_q8_1)) {
+        uint32_t qh;
+        memcpy(&qh, pw + 4, 4);
+        const uint8x16_t qs = vld1q_u8(pw + 8);
+        const int8x16_t w0 = as_s8(vorrq_u8(vandq_u8(qs, m4), q5_high_bits(qh, 0)));
+        const int8x16_t w1 = as_s8(vorrq_u8(vshrq_n_u8(qs, 4), q5_high_bits(qh, 1)));
+        const int32_t sumi = dot32(w0, w1, pa + 4);
+        sumf += (ld_f16(pw) * ld_f16(pa)) * (float)sumi + ld_f16(pw + 2) * ld_f16(pa + 2);
+    }
+    return sumf;
+}
+
+/* ---------------- K-quants x Q8_K ---------------- */
+
+#define Q8K_QS offsetof(block_q8_K, qs)
+#define Q8K_BSUMS offsetof(block_q8_K, bsums)
+
+/* The 8 six-bit scales and mins of Q4_K / Q5_K from their 12 packed bytes, 4 at a time as words.
+ * Bytes 0..3 hold scale 0..3 (low 6 bits), bytes 4..7 min 0..3; scale / min 4..7 have their low
+ * nibble in bytes 8..11 (low / high nibble) and their top 2 bits in the top of bytes 0..3 / 4..7. */
+static inline void k4_scales_mins(const uint8_t *packed, uint8_t sc[8], uint8_t mn[8]) {
+    uint32_t b[3], out[4];
+    memcpy(b, packed, 12);
+    out[0] = b[0] & 0x3f3f3f3fu;                                          /* scales 0..3 */
+    out[1] = (b[2] & 0x0f0f0f0fu) | (((b[0] >> 6) & 0x03030303u) << 4);   /* scales 4..7 */
+    out[2] = b[1] & 0x3f3f3f3fu;                                          /* mins 0..3 */
+    out[3] = ((b[2] >> 4) & 0x0f0f0f0fu) | (((b[1] >> 6) & 0x03030303u) << 4); /* mins 4..7 */
+    memcpy(sc, out, 8);
+    memcpy(mn, out + 2, 8);
+}
+
+/* sum_j bsums[j] * mn[j / 2]: the activation sums of the 8 32-value sub-blocks times their mins */
+static inline int32_t k4_min_sum(const uint8_t *ba, const uint8_t mn[8]) {
+    const int16x8_t b0 = vreinterpretq_s16_u8(vld1q_u8(ba + Q8K_BSUMS));
+    const int16x8_t b1 = vreinterpretq_s16_u8(vld1q_u8(ba + Q8K_BSUMS + 16));
+    const int16x8_t pairs = vpaddq_s16(b0, b1); /* |sum of 32 int8| <= 4096: no overflow */
+    const int16x8_t m = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mn)));
+    return vaddvq_s32(vmull_s16(vget_low_s16(pairs), vget_low_s16(m))) + vaddvq_s32(vmull_high_s16(pairs, m));
+}
+
+static float EL_FN(q4_K_vec_dot)(size_t n, const void *w, const void *a) {
+    const uint8_t *pw = w, *pa = a;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    float sumf = 0.0f;
+    for (size_t i = 0; i < n / QK_K; i++, pw += sizeof(block_q4_K), pa += sizeof(block_q8_K)) {
+        uint8_t sc[8], mn[8];
+        k4_scales_mins(pw + offsetof(block_q4_K, scales), sc, mn);
+        const uint8_t *qs = pw + offsetof(block_q4_K, qs), *aq = pa + Q8K_QS;
+        int32x4_t acc = vdupq_n_s32(0);
+        /* 64 values per step: low nibbles of 32 bytes are sub-block 2c, high nibbles 2c + 1 */
+        for (int c = 0; c < QK_K / 64; c++, qs += 32, aq += 64) {
+            const uint8x16_t q0 = vld1q_u8(qs), q1 = vld1q_u8(qs + 16);
+            int32x4_t lo = dot_s8(vdupq_n_s32(0), as_s8(vandq_u8(q0, m4)), ld_s8(aq));
+            lo = dot_s8(lo, as_s8(vandq_u8(q1, m4)), ld_s8(aq + 16));
+            int32x4_t hi = dot_s8(vdupq_n_s32(0), as_s8(vshrq_n_u8(q0, 4)), ld_s8(aq + 32));
+            hi = dot_s8(hi, as_s8(vshrq_n_u8(q1, 4)), ld_s8(aq + 48));
+            acc = vmlaq_n_s32(acc, lo, sc[2 * c]);
+            acc = vmlaq_n_s32(acc, hi, sc[2 * c + 1]);
+        }
+        const int32_t isum = vaddvq_s32(acc), summ = k4_min_sum(pa, mn);
+        const float da = ld_f32(pa);
+        const float d = ld_f16(pw) * da, dmin = ld_f16(pw + 2) * da;
+        sumf += d * (float)isum - dmin * (float)summ;
+    }
+    return sumf;
+}
+
+static float EL_FN(q5_K_vec_dot)(size_t n, const void *w, const void *a) {
+    const uint8_t *pw = w, *pa = a;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F), one = vdupq_n_u8(1), two = vdupq_n_u8(2);
+    float sumf = 0.0f;
+    for (size_t i = 0; i < n / QK_K; i++, pw += sizeof(block_q5_K), pa += sizeof(block_q8_K)) {
+        uint8_t sc[8], mn[8];
+        k4_scales_mins(pw + offsetof(block_q5_K, scales), sc, mn);
+        const uint8_t *qs = pw + offsetof(block_q5_K, qs), *aq = pa + Q8K_QS;
+        /* bit 2c of qh[l] is the 5th bit of value 64c + l, bit 2c + 1 that of value 64c + 32 + l;
+         * shifting qh right by 2 per step brings them to bits 0 and 1 */
+        uint8x16_t h0 = vld1q_u8(pw + offsetof(block_q5_K, qh)), h1 = vld1q_u8(pw + offsetof(block_q5_K, qh) + 16);
+        int32x4_t acc = vdupq_n_s32(0);
+        for (int c = 0; c < QK_K / 64; c++, qs += 32, aq += 64) {
+            const uint8x16_t q0 = vld1q_u8(qs), q1 = vld1q_u8(qs + 16);
+            const uint8x16_t l0 = vorrq_u8(vandq_u8(q0, m4), vshlq_n_u8(vandq_u8(h0, one), 4));
+            const uint8x16_t l1 = vorrq_u8(vandq_u8(q1, m4), vshlq_n_u8(vandq_u8(h1, one), 4));
+            const uint8x16_t u0 = vorrq_u8(vshrq_n_u8(q0, 4), vshlq_n_u8(vandq_u8(h0, two), 3));
+            const uint8x16_t u1 = vorrq_u8(vshrq_n_u8(q1, 4), vshlq_n_u8(vandq_u8(h1, two), 3));
+            int32x4_t lo = dot_s8(dot_s8(vdupq_n_s32(0), as_s8(l0), ld_s8(aq)), as_s8(l1), ld_s8(aq + 16));
+            int32x4_t hi = dot_s8(dot_s8(vdupq_n_s32(0), as_s8(u0), ld_s8(aq + 32)), as_s8(u1), ld_s8(aq + 48));
+            acc = vmlaq_n_s32(acc, lo, sc[2 * c]);
+            acc = vmlaq_n_s32(acc, hi, sc[2 * c + 1]);
+            h0 = vshrq_n_u8(h0, 2);
+            h1 = vshrq_n_u8(h1, 2);
+        }
+        const int32_t isum = vaddvq_s32(acc), summ = k4_min_sum(pa, mn);
+        const float da = ld_f32(pa);
+        const float d = ld_f16(pw + offsetof(block_q5_K, d)) * da, dmin = ld_f16(pw + offsetof(block_q5_K, dmin)) * da;
+        sumf += d * (float)isum - dmin * (float)summ;
+    }
+    return sumf;
+}
+
+static float EL_FN(q6_K_vec_dot)(size_t n, const void *w, const void *a) {
+    const uint8_t *pw = w, *pa = a;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F), m2 = vdupq_n_u8(0x03), m2h = vdupq_n_u8(0x30);
+    const int8x16_t k32 = vdupq_n_s8(32);
+    float sumf = 0.0f;
+    for (size_t i = 0; i < n / QK_K; i++, pw += sizeof(block_q6_K), pa += sizeof(block_q8_K)) {
+        const int8_t *sc = (const int8_t *)(pw + offsetof(block_q6_K, scales));
+        int32x4_t acc = vdupq_n_s32(0);
+        /* per 128 values: value l (l < 32) = low nibble of ql[l] | bits 0-1 of qh[l] << 4; l + 32 =
+         * low nibble of ql[l + 32] | bits 2-3; l + 64 = high nibble of ql[l] | bits 4-5; l + 96 = high
+         * nibble of ql[l + 32] | bits 6-7. Levels are stored + 32; one scale per 16 values. */
+        for (int c = 0; c < QK_K / 128; c++, sc += 8) {
+            const uint8_t *ql = pw + offsetof(block_q6_K, ql) + 64 * c;
+            const uint8_t *qh = pw + offsetof(block_q6_K, qh) + 32 * c;
+            const uint8_t *aq = pa + Q8K_QS + 128 * c;
+            const uint8x16_t l0 = vld1q_u8(ql), l1 = vld1q_u8(ql + 16), l2 = vld1q_u8(ql + 32), l3 = vld1q_u8(ql + 48);
+            const uint8x16_t h0 = vld1q_u8(qh), h1 = vld1q_u8(qh + 16);
+            int8x16_t v[8];
+            v[0] = as_s8(vorrq_u8(vandq_u8(l0, m4), vshlq_n_u8(vandq_u8(h0, m2), 4)));
+            v[1] = as_s8(vorrq_u8(vandq_u8(l1, m4), vshlq_n_u8(vandq_u8(h1, m2), 4)));
+            v[2] = as_s8(vorrq_u8(vandq_u8(l2, m4), vshlq_n_u8(vandq_u8(vshrq_n_u8(h0, 2), m2), 4)));
+            v[3] = as_s8(vorrq_u8(vandq_u8(l3, m4), vshlq_n_u8(vandq_u8(vshrq_n_u8(h1, 2), m2), 4)));
+            v[4] = as_s8(vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(h0, m2h)));
+            v[5] = as_s8(vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(h1, m2h)));
+            v[6] = as_s8(vorrq_u8(vshrq_n_u8(l2, 4), vandq_u8(vshrq_n_u8(h0, 2), m2h)));
+            v[7] = as_s8(vorrq_u8(vshrq_n_u8(l3, 4), vandq_u8(vshrq_n_u8(h1, 2), m2h)));
+            for (int g = 0; g < 8; g++) {
+                const int32x4_t p = dot_s8(vdupq_n_s32(0), vsubq_s8(v[g], k32), ld_s8(aq + 16 * g));
+                acc = vmlaq_n_s32(acc, p, sc[g]);
+            }
+        }
+        const int32_t isum = vaddvq_s32(acc);
+        sumf += (ld_f16(pw + offsetof(block_q6_K, d)) * ld_f32(pa)) * (float)isum;
+    }
+    return sumf;
+}
+
+/* The 16 six-bit scales of Q3_K (stored + 32): low nibbles in bytes 0..7 (scales 0..7 in the low,
+ * 8..15 in the high nibble), top 2 bits in bytes 8..11 (pair k of byte 8 + j % 4 for j / 4 = k). */
+static inline void q3_K_scales(const uint8_t *packed, int8_t sc[16]) {
+    uint32_t b[3], out[4];
+    memcpy(b, packed, 12);
+    out[0] = (b[0] & 0x0f0f0f0fu) | ((b[2] & 0x03030303u) << 4);
+    out[1] = (b[1] & 0x0f0f0f0fu) | (((b[2] >> 2) & 0x03030303u) << 4);
+    out[2] = ((b[0] >> 4) & 0x0f0f0f0fu) | (((b[2] >> 4) & 0x03030303u) << 4);
+    out[3] = ((b[1] >> 4) & 0x0f0f0f0fu) | (((b[2] >> 6) & 0x03030303u) << 4);
+    memcpy(sc, out, 16);
+    for (int j = 0; j < 16; j++) sc[j] = (int8_t)(sc[j] - 32);
+}
+
+static float EL_FN(q3_K_vec_dot)(size_t n, const void *w, const void *a) {
+    const uint8_t *pw = w, *pa = a;
+    const uint8x16_t m3 = vdupq_n_u8(3), four = vdupq_n_u8(4);
+    float sumf = 0.0f;
+    for (size_t i = 0; i < n / QK_K; i++, pw += sizeof(block_q3_K), pa += sizeof(block_q8_K)) {
+        int8_t sc[16];
+        q3_K_scales(pw + offsetof(block_q3_K, scales), sc);
+        const uint8x16_t hm0 = vld1q_u8(pw + offsetof(block_q3_K, hmask));
+        const uint8x16_t hm1 = vld1q_u8(pw + offsetof(block_q3_K, hmask) + 16);
+        uint8x16_t bit = vdupq_n_u8(1);
+        int32x4_t acc = vdupq_n_s32(0);
+        /* value 128k + 32j + l: bits 2j of qs[32k + l] minus 4 unless bit 4k + j of hmask[l] is set */
+        for (int k = 0; k < QK_K / 128; k++) {
+            uint8x16_t q0 = vld1q_u8(pw + offsetof(block_q3_K, qs) + 32 * k);
+            uint8x16_t q1 = vld1q_u8(pw + offsetof(block_q3_K, qs) + 32 * k + 16);
+            const uint8_t *aq = pa + Q8K_QS + 128 * k;
+            for (int j = 0; j < 4; j++, aq += 32) {
+                const int8x16_t w0 = vsubq_s8(as_s8(vandq_u8(q0, m3)), as_s8(vbicq_u8(four, vtstq_u8(hm0, bit))));
+                const int8x16_t w1 = vsubq_s8(as_s8(vandq_u8(q1, m3)), as_s8(vbicq_u8(four, vtstq_u8(hm1, bit))));
+                const int s = 8 * k + 2 * j;
+                acc = vmlaq_n_s32(acc, dot_s8(vdupq_n_s32(0), w0, ld_s8(aq)), sc[s]);
+                acc = vmlaq_n_s32(acc, dot_s8(vdupq_n_s32(0), w1, ld_s8(aq + 16)), sc[s + 1]);
+                q0 = vshrq_n_u8(q0, 2);
+                q1 = vshrq_n_u8(q1, 2);
+                bit = vshlq_n_u8(bit, 1);
+            }
+        }
+        const int32_t isum = vaddvq_s32(acc);
+        sumf += (ld_f16(pw + offsetof(block_q3_K, d)) * ld_f32(pa)) * (float)isum;
+    }
+    return sumf;
+}
+
+static float EL_FN(q2_K_vec_dot)(size_t n, const void *w, const void *a) {
+    const uint8_t *pw = w, *pa = a;
+    const uint8x16_t m3 = vdupq_n_u8(3);
+    float sumf = 0.0f;
+    for (size_t i = 0; i < n / QK_K; i++, pw += sizeof(block_q2_K), pa += sizeof(block_q8_K)) {
+        const uint8_t *scales = pw + offsetof(block_q2_K, scales); /* low nibble scale, high nibble min */
+        const uint8x16_t sv = vld1q_u8(scales);
+        /* mins: sum_s bsums[s] * (scales[s] >> 4) */
+        const int16x8_t mlo = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(vshrq_n_u8(sv, 4))));
+        const int16x8_t mhi = vreinterpretq_s16_u16(vmovl_high_u8(vshrq_n_u8(sv, 4)));
+        const int16x8_t b0 = vreinterpretq_s16_u8(vld1q_u8(pa + Q8K_BSUMS));
+        const int16x8_t b1 = vreinterpretq_s16_u8(vld1q_u8(pa + Q8K_BSUMS + 16));
+        int32x4_t ms = vmull_s16(vget_low_s16(b0), vget_low_s16(mlo));
+        ms = vmlal_high_s16(ms, b0, mlo);
+        ms = vmlal_s16(ms, vget_low_s16(b1), vget_low_s16(mhi));
+        ms = vmlal_high_s16(ms, b1, mhi);
+        const int32_t summ = vaddvq_s32(ms);
+        int32x4_t acc = vdupq_n_s32(0);
+        /* value 128k + 32j + l: bits 2j of qs[32k + l]; one scale per 16 values */
+        for (int k = 0; k < QK_K / 128; k++) {
+            uint8x16_t q0 = vld1q_u8(pw + offsetof(block_q2_K, qs) + 32 * k);
+            uint8x16_t q1 = vld1q_u8(pw + offsetof(block_q2_K, qs) + 32 * k + 16);
+            const uint8_t *aq = pa + Q8K_QS + 128 * k;
+            for (int j = 0; j < 4; j++, aq += 32) {
+                const int s = 8 * k + 2 * j;
+                acc = vmlaq_n_s32(acc, dot_s8(vdupq_n_s32(0), as_s8(vandq_u8(q0, m3)), ld_s8(aq)), scales[s] & 0xF);
+                acc = vmlaq_n_s32(acc, dot_s8(vdupq_n_s32(0), as_s8(vandq_u8(q1, m3)), ld_s8(aq + 16)),
+                                  scales[s + 1] & 0xF);
+                q0 = vshrq_n_u8(q0, 2);
+                q1 = vshrq_n_u8(q1, 2);
+            }
+        }
+        const int32_t isum = vaddvq_s32(acc);
+        const float da = ld_f32(pa);
+        const float dall = da * ld_f16(pw + offsetof(block_q2_K, d)), dmin = da * ld_f16(pw + offsetof(block_q2_K, dmin));
+        sumf += dall * (float)isum - dmin * (float)summ;
+    }
+    return sumf;
+}
+
+#ifdef EL_NEON_DOTPROD
+
+void el_neon_fill_dotprod(el_kernels *k);
+void el_neon_fill_dotprod(el_kernels *k) {
+    k->name = "neon-dotprod";
+    k->vec_dot[EL_TYPE_Q4_0] = q4_0_vec_dot_dotprod;
+    k->vec_dot[EL_TYPE_Q4_1] = q4_1_vec_dot_dotprod;
+    k->vec_dot[EL_TYPE_Q5_0] = q5_0_vec_dot_dotprod;
+    k->vec_dot[EL_TYPE_Q5_1] = q5_1_vec_dot_dotprod;
+    k->vec_dot[EL_TYPE_Q8_0] = q8_0_vec_dot_dotprod;
+    k->vec_dot[EL_TYPE_Q2_K] = q2_K_vec_dot_dotprod;
+    k->vec_dot[EL_TYPE_Q3_K] = q3_K_vec_dot_dotprod;
+    k->vec_dot[EL_TYPE_Q4_K] = q4_K_vec_dot_dotprod;
+    k->vec_dot[EL_TYPE_Q5_K] = q5_K_vec_dot_dotprod;
+    k->vec_dot[EL_TYPE_Q6_K] = q6_K_vec_dot_dotprod;
+}
+
+#else /* the plain variant also owns the ISA-independent kernels and the filler */
+
+/* ---------------- activation quantizers (bit-identical to the reference) ---------------- */
+
+static inline float absmax32(const float *x) {
+    float32x4_t m = vabsq_f32(vld1q_f32(x));
+    for (int j = 4; j < 32; j += 4) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(x + j)));
+    return vmaxvq_f32(m);
+}
+
+/* 32 floats * id rounded half away from zero (roundf, as the reference), saturated to int8 */
+static inline void round32(const float *x, float id, int8_t *q) {
+    for (int j = 0; j < 32; j += 8) {
+        const int32x4_t a = vcvtaq_s32_f32(vmulq_n_f32(vld1q_f32(x + j), id));
+        const int32x4_t b = vcvtaq_s32_f32(vmulq_n_f32(vld1q_f32(x + j + 4), id));
+        vst1_s8(q + j, vqmovn_s16(vcombine_s16(vqmovn_s32(a), vqmovn_s32(b))));
+    }
+}
+
+static void q8_0_quantize(const float *src, void *dst, size_t n) {
+    uint8_t *p = dst;
+    for (size_t i = 0; i < n / QK8_0; i++, p += sizeof(block_q8_0)) {
+        const float *x = src + i * QK8_0;
+        const float d = absmax32(x) / 127;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const el_half h = el_fp32_to_fp16(d);
+        memcpy(p, &h, 2);
+        int8_t q[QK8_0];
+        round32(x, id, q);
+        memcpy(p + 2, q, QK8_0);
+    }
+}
+
+static void q8_1_quantize(const float *src, void *dst, size_t n) {
+    uint8_t *p = dst;
+    for (size_t i = 0; i < n / QK8_1; i++, p += sizeof(block_q8_1)) {
+        const float *x = src + i * QK8_1;
+        const float d = absmax32(x) / 127;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        int8_t q[QK8_1];
+        round32(x, id, q);
+        const int16x8_t s16 = vaddq_s16(vpaddlq_s8(vld1q_s8(q)), vpaddlq_s8(vld1q_s8(q + 16)));
+        const int sum = vaddlvq_s16(s16);
+        const el_half hd = el_fp32_to_fp16(d), hs = el_fp32_to_fp16((float)sum * d);
+        memcpy(p, &hd, 2);
+        memcpy(p + 2, &hs, 2);
+        memcpy(p + 4, q, QK8_1);
+    }
+}
+
+static void q8_K_quantize(const float *src, void *dst, size_t n) {
+    uint8_t *p = dst;
+    for (size_t i = 0; i < n / QK_K; i++, p += sizeof(block_q8_K)) {
+        const float *x = src + i * QK_K;
+        float32x4_t m = vdupq_n_f32(0.0f);
+        for (int j = 0; j < QK_K; j += 4) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(x + j)));
+        const float amax = vmaxvq_f32(m);
+        block_q8_K y;
+        if (!amax) {
+            memset(&y, 0, sizeof y);
+            memcpy(p, &y, sizeof y);
+            continue;
+        }
+        /* the reference keeps the sign of the first value of largest magnitude */
+        float max = 0.0f;
+        for (int j = 0; j < QK_K; j++)
+            if (fabsf(x[j]) == amax) {
+                max = x[j];
+                break;
+            }
+        const float iscale = -127.f / max;
+        for (int j = 0; j < QK_K; j += 8) {
+            /* vcvtn rounds half to even, as ggml's nearest_int (|v| <= 127 here) */
+            const int32x4_t a = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(x + j), iscale));
+            const int32x4_t b = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(x + j + 4), iscale));
+            vst1_s8(y.qs + j, vqmovn_s16(vcombine_s16(vqmovn_s32(a), vqmovn_s32(b))));
+        }
+        for (int j = 0; j < QK_K / 16; j++) y.bsums[j] = (int16_t)vaddlvq_s8(vld1q_s8(y.qs + 16 * j));
+        y.d = 1 / iscale;
+        memcpy(p, &y, sizeof y);
+    }
+}
+
+/* ---------------- float kernels (attention, F32 / F16 rows): 4-lane partial sums, FMA ---------------- */
+
+static float dot_f32_neon(size_t n, const float *a, const float *b) {
+    float32x4_t s0 = vdupq_n_f32(0), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
+        s1 = vfmaq_f32(s1, vld1q_f32(a + i + 4), vld1q_f32(b + i + 4));
+        s2 = vfmaq_f32(s2, vld1q_f32(a + i + 8), vld1q_f32(b + i + 8));
+        s3 = vfmaq_f32(s3, vld1q_f32(a + i + 12), vld1q_f32(b + i + 12));
+    }
+    for (; i + 4 <= n; i += 4) s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
+    float s = vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static inline float32x4_t ld_f16x4(const el_half *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+
+static float dot_f32_f16_neon(size_t n, const float *a, const el_half *b) {
+    float32x4_t s0 = vdupq_n_f32(0), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = vfmaq_f32(s0, vld1q_f32(a + i), ld_f16x4(b + i));
+        s1 = vfmaq_f32(s1, vld1q_f32(a + i + 4), ld_f16x4(b + i + 4));
+        s2 = vfmaq_f32(s2, vld1q_f32(a + i + 8), ld_f16x4(b + i + 8));
+        s3 = vfmaq_f32(s3, vld1q_f32(a + i + 12), ld_f16x4(b + i + 12));
+    }
+    for (; i + 4 <= n; i += 4) s0 = vfmaq_f32(s0, vld1q_f32(a + i), ld_f16x4(b + i));
+    float s = vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
+    for (; i < n; i++) s += a[i] * el_fp16_to_fp32(b[i]);
+    return s;
+}
+
+static void axpy_f16_neon(size_t n, float alpha, const el_half *x, float *y) {
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), ld_f16x4(x + i), alpha));
+    for (; i < n; i++) y[i] = fmaf(alpha, el_fp16_to_fp32(x[i]), y[i]);
+}
+
+static void axpy_f32_neon(size_t n, float alpha, const float *x, float *y) {
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), vld1q_f32(x + i), alpha));
+    for (; i < n; i++) y[i] = fmaf(alpha, x[i], y[i]);
+}
+
+void el_neon_fill_dotprod(el_kernels *k); /* neon_dotprod.c */
+
+void el_kernels_fill_neon(el_kernels *k, int dotprod) {
+    k->name = "neon";
+    k->vec_dot[EL_TYPE_Q4_0] = q4_0_vec_dot_neon;
+    k->vec_dot[EL_TYPE_Q4_1] = q4_1_vec_dot_neon;
+    k->vec_dot[EL_TYPE_Q5_0] = q5_0_vec_dot_neon;
+    k->vec_dot[EL_TYPE_Q5_1] = q5_1_vec_dot_neon;
+    k->vec_dot[EL_TYPE_Q8_0] = q8_0_vec_dot_neon;
+    k->vec_dot[EL_TYPE_Q2_K] = q2_K_vec_dot_neon;
+    k->vec_dot[EL_TYPE_Q3_K] = q3_K_vec_dot_neon;
+    k->vec_dot[EL_TYPE_Q4_K] = q4_K_vec_dot_neon;
+    k->vec_dot[EL_TYPE_Q5_K] = q5_K_vec_dot_neon;
+    k->vec_dot[EL_TYPE_Q6_K] = q6_K_vec_dot_neon;
+    k->quantize_act[EL_TYPE_Q8_0] = q8_0_quantize;
+    k->quantize_act[EL_TYPE_Q8_1] = q8_1_quantize;
+    k->quantize_act[EL_TYPE_Q8_K] = q8_K_quantize;
+    k->dot_f32 = dot_f32_neon;
+    k->dot_f32_f16 = dot_f32_f16_neon;
+    k->axpy_f16 = axpy_f16_neon;
+    k->axpy_f32 = axpy_f32_neon;
+    if (dotprod) el_neon_fill_dotprod(k);
+}
+
+#endif /* EL_NEON_DOTPROD */
+#endif /* __aarch64__ */

@@ -1,0 +1,1121 @@
+/* run_tests.c - standalone C test runner for the kernel library (no Python): every ISA path the CPU
+ * offers against the scalar reference, ops and attention against double references, and golden
+ * vectors so a cross-built binary is checked against the x86 scalar outputs. Must not need a file
+ * other than the one named by --check-golden; all inputs come from a seeded PRNG.
+ *
+ *   run_tests [--seed N] [-v] [--isa NAME] [--check-golden FILE] [--golden-only]
+ *   run_tests --emit-golden FILE
+ *
+ * Tolerances (all stated next to their check):
+ *   - quantize (reference and activation quantizers of every ISA), dequantize: bit-exact.
+ *   - block dot products: |simd - scalar| <= (blocks + 4) * 2^-22 * M, M = sum_j (|w_j| + 2 |o_j|) |a_j|
+ *     with o_j the block's offset (its value with all quant bits zero): reassociating the per-block
+ *     float terms can lose that much, and no more. ISAs that promise bit-identical block dots (neon,
+ *     neon-dotprod: see arch/neon.c) must match exactly.
+ *   - matmul vs a double product of the dequantized weights and dequantized (reference-quantized)
+ *     activations: the same bound, plus 2^-10 sum_j |o_j a_j| for Q8_1 activations (their fp16 s).
+ *     1, 2, 3 and 4 threads: bit-identical.
+ *   - float kernels (dot_f32, dot_f32_f16, axpy): 2^-20 * sum |terms| (+ n-dependent slack).
+ *   - rmsnorm 4e-6 relative; softmax 1e-6 + 1e-5 relative; rope 2e-7 * (n_rot / 2 + 2) * (|pos| + 1)
+ *     * max|x| + 1e-6 (float angles are built by repeated multiplication); attention 1e-4 absolute.
+ * Last line: "N passed, M failed"; exit status 1 when M > 0. */
+
+/* The generated inputs and the double references must be the same numbers on every architecture:
+ * no fused multiply-add in this file (GCC contracts by default on aarch64). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../attention.h"
+#include "../dispatch.h"
+#include "../edgellama.h"
+#include "../ops.h"
+#include "../pool.h"
+#include "../quants.h"
+
+/* ------------------------------------------------------------------ results */
+
+static int g_pass, g_fail, g_verbose, g_fail_prints;
+
+static void check(int ok, const char *fmt, ...) {
+    if (ok) {
+        g_pass++;
+        return;
+    }
+    g_fail++;
+    if (g_fail_prints++ < 60) {
+        va_list ap;
+        va_start(ap, fmt);
+        printf("FAIL: ");
+        vprintf(fmt, ap);
+        printf("\n");
+        va_end(ap);
+    }
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory (%zu bytes)\n", n);
+        exit(2);
+    }
+    return p;
+}
+
+/* ------------------------------------------------------------------ PRNG (integer only: same on all CPUs) */
+
+typedef struct { uint64_t s; } rng_t;
+
+static uint64_t rng_u64(rng_t *r) { /* splitmix64 */
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static uint32_t rng_below(rng_t *r, uint32_t n) { return (uint32_t)(rng_u64(r) % n); }
+/* uniform in [-1, 1), a multiple of 2^-23: exactly representable */
+static float rng_unit(rng_t *r) { return (float)((int32_t)(rng_u64(r) >> 40) - (1 << 23)) * 0x1p-23f; }
+/* a finite half with exponent in [emin, emax], random sign and mantissa */
+static el_half rng_half(rng_t *r, int emin, int emax) {
+    const uint32_t e = (uint32_t)(emin + (int)rng_below(r, (uint32_t)(emax - emin + 1)) + 15);
+    return (el_half)(((rng_u64(r) & 1) << 15) | (e << 10) | (rng_u64(r) & 0x3ff));
+}
+static void rng_floats(rng_t *r, float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = rng_unit(r) * scale;
+}
+
+/* ------------------------------------------------------------------ block layouts the tests know */
+
+typedef struct {
+    int type;
+    size_t half_off[2]; /* fp16 fields (scales, mins) that must be finite */
+    int n_half;
+    size_t q_lo, q_hi;  /* byte range of the quant bits: zeroed, the block holds its offset */
+} block_desc;
+
+static const block_desc g_desc[] = {
+    {EL_TYPE_Q4_0, {0, 0}, 1, 2, 18},
+    {EL_TYPE_Q4_1, {0, 2}, 2, 4, 20},
+    {EL_TYPE_Q5_0, {0, 0}, 1, 2, 22},
+    {EL_TYPE_Q5_1, {0, 2}, 2, 4, 24},
+    {EL_TYPE_Q8_0, {0, 0}, 1, 2, 34},
+    {EL_TYPE_Q8_1, {0, 2}, 2, 4, 36},
+    {EL_TYPE_Q2_K, {offsetof(block_q2_K, d), offsetof(block_q2_K, dmin)}, 2, offsetof(block_q2_K, qs),
+     offsetof(block_q2_K, qs) + QK_K / 4},
+    {EL_TYPE_Q3_K, {offsetof(block_q3_K, d), 0}, 1, 0, offsetof(block_q3_K, scales)},
+    {EL_TYPE_Q4_K, {offsetof(block_q4_K, d), offsetof(block_q4_K, dmin)}, 2, offsetof(block_q4_K, qs),
+     sizeof(block_q4_K)},
+    {EL_TYPE_Q5_K, {offsetof(block_q5_K, d), offsetof(block_q5_K, dmin)}, 2, offsetof(block_q5_K, qh),
+     sizeof(block_q5_K)},
+    {EL_TYPE_Q6_K, {offsetof(block_q6_K, d), 0}, 1, 0, offsetof(block_q6_K, scales)},
+};
+
+static const block_desc *desc_of(int type) {
+    for (size_t i = 0; i < sizeof g_desc / sizeof g_desc[0]; i++)
+        if (g_desc[i].type == type) return &g_desc[i];
+    return NULL;
+}
+
+/* weight types with dequant, quant and dot; activation-only types excluded */
+static const int g_types[] = {EL_TYPE_F32,  EL_TYPE_F16,  EL_TYPE_BF16, EL_TYPE_Q4_0, EL_TYPE_Q4_1,
+                              EL_TYPE_Q5_0, EL_TYPE_Q5_1, EL_TYPE_Q8_0, EL_TYPE_Q2_K, EL_TYPE_Q3_K,
+                              EL_TYPE_Q4_K, EL_TYPE_Q5_K, EL_TYPE_Q6_K};
+#define N_TYPES (sizeof g_types / sizeof g_types[0])
+static const int g_act_types[] = {EL_TYPE_Q8_0, EL_TYPE_Q8_1, EL_TYPE_Q8_K};
+
+static const char *tname(int type) {
+    const el_type_traits *t = el_get_type_traits(type);
+    return t ? t->name : "?";
+}
+
+/* Random data of n values of `type`: random bytes with finite fp16 scales (exponents -14..-2, as
+ * real weights and activations have), consistent Q8_1 s and Q8_K bsums, finite F16 / BF16 / F32. */
+static void fill_row(rng_t *r, int type, void *dst, size_t n) {
+    uint8_t *p = dst;
+    const size_t bytes = el_row_bytes(type, n);
+    for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)rng_u64(r);
+    if (type == EL_TYPE_F32) {
+        for (size_t i = 0; i < n; i++) {
+            const float f = rng_unit(r);
+            memcpy(p + 4 * i, &f, 4);
+        }
+        return;
+    }
+    if (type == EL_TYPE_F16) {
+        for (size_t i = 0; i < n; i++) {
+            const el_half h = rng_half(r, -10, 3);
+            memcpy(p + 2 * i, &h, 2);
+        }
+        return;
+    }
+    if (type == EL_TYPE_BF16) {
+        for (size_t i = 0; i < n; i++) {
+            const uint16_t e = (uint16_t)(127 - 10 + rng_below(r, 14));
+            const uint16_t b = (uint16_t)(((rng_u64(r) & 1) << 15) | (e << 7) | (rng_u64(r) & 0x7f));
+            memcpy(p + 2 * i, &b, 2);
+        }
+        return;
+    }
+    const size_t bs = el_type_block_bytes(type), nb = n / el_type_block_size(type);
+    if (type == EL_TYPE_Q8_K) {
+        for (size_t b = 0; b < nb; b++) {
+            block_q8_K y;
+            memcpy(&y, p + b * bs, sizeof y);
+            y.d = (float)(rng_below(r, 1u << 20) + 1) * 0x1p-28f;
+            for (int j = 0; j < QK_K; j++)
+                if (y.qs[j] == -128) y.qs[j] = -127;
+            for (int g = 0; g < QK_K / 16; g++) {
+                int s = 0;
+                for (int j = 0; j < 16; j++) s += y.qs[16 * g + j];
+                y.bsums[g] = (int16_t)s;
+            }
+            memcpy(p + b * bs, &y, sizeof y);
+        }
+        return;
+    }
+    const block_desc *d = desc_of(type);
+    for (size_t b = 0; b < nb; b++) {
+        uint8_t *blk = p + b * bs;
+        /* activation quants are in [-127, 127], as the quantizers make them: the x86 sign trick
+         * (|w| times sign-adjusted a) relies on it, as ggml's does */
+        if (type == EL_TYPE_Q8_0 || type == EL_TYPE_Q8_1)
+            for (size_t j = d->q_lo; j < d->q_hi; j++)
+                if (blk[j] == 0x80) blk[j] = 0x81;
+        for (int h = 0; h < d->n_half; h++) {
+            const el_half v = rng_half(r, -14, -2);
+            memcpy(blk + d->half_off[h], &v, 2);
+        }
+        if (type == EL_TYPE_Q8_1) { /* s = d * sum(qs), as the quantizer writes it */
+            el_half hd;
+            memcpy(&hd, blk, 2);
+            int sum = 0;
+            for (int j = 0; j < QK8_1; j++) sum += (int8_t)blk[4 + j];
+            const el_half hs = el_fp32_to_fp16((float)sum * el_fp16_to_fp32(hd));
+            memcpy(blk + 2, &hs, 2);
+        }
+    }
+}
+
+/* values of a row (any type, activation types included), through the scalar reference */
+static void row_to_float(int type, const void *src, size_t n, float *dst) {
+    el_get_type_traits(type)->to_float(src, dst, n);
+}
+
+/* the per-value offsets o_j: the row with every quant bit zeroed, dequantized (0 for float types) */
+static void row_offsets(int type, const void *src, size_t n, float *dst) {
+    const block_desc *d = desc_of(type);
+    if (!d) {
+        memset(dst, 0, n * sizeof(float));
+        return;
+    }
+    const size_t bytes = el_row_bytes(type, n), bs = el_type_block_bytes(type);
+    uint8_t *tmp = xmalloc(bytes);
+    memcpy(tmp, src, bytes);
+    for (size_t b = 0; b < bytes / bs; b++) memset(tmp + b * bs + d->q_lo, 0, d->q_hi - d->q_lo);
+    row_to_float(type, tmp, n, dst);
+    free(tmp);
+}
+
+typedef struct { double mag, mag_off; } dot_bound;
+
+/* M = sum (|w| + 2|o|)|a| and sum |o||a| for the tolerances in the header */
+static dot_bound dot_magnitude(int wtype, size_t n, const void *w, const void *a) {
+    const int at = el_vec_dot_type(wtype);
+    float *wf = xmalloc(n * sizeof(float)), *of = xmalloc(n * sizeof(float)), *af = xmalloc(n * sizeof(float));
+    row_to_float(wtype, w, n, wf);
+    row_offsets(wtype, w, n, of);
+    row_to_float(at, a, n, af);
+    dot_bound b = {0, 0};
+    for (size_t j = 0; j < n; j++) {
+        b.mag += (fabs(wf[j]) + 2 * fabs(of[j])) * fabs(af[j]);
+        b.mag_off += fabs(of[j]) * fabs(af[j]);
+    }
+    free(wf);
+    free(of);
+    free(af);
+    return b;
+}
+
+static double dot_tol(int wtype, size_t n, dot_bound b) {
+    const double nb = (double)(n / el_type_block_size(wtype));
+    return (nb + 4) * 0x1p-22 * b.mag + 1e-30;
+}
+
+/* ------------------------------------------------------------------ ISAs */
+
+static const char *g_isas[4];
+static int g_n_isas;
+static const char *g_auto_isa;
+
+static int isa_exact_blocks(const char *isa) {
+    /* arch/neon.c documents bit-identical block dot products (same integer sums, same float order) */
+    return strcmp(isa, "neon") == 0 || strcmp(isa, "neon-dotprod") == 0 || strcmp(isa, "scalar") == 0;
+}
+
+/* switching is not itself a test: only a failure to switch is counted */
+static void use_isa(const char *isa) {
+    const int st = el_isa_set(isa);
+    if (st != EL_OK || strcmp(el_isa_name(), isa) != 0) check(0, "el_isa_set(%s) -> %d, active %s", isa, st, el_isa_name());
+}
+
+/* One pool alive at a time: idle workers spin before they sleep, and several pools' spinners on a
+ * small (or emulated) machine would starve the threads doing the work. */
+static el_pool *g_pool;
+
+static el_pool *pool_of(int n_threads) {
+    if (g_pool && el_pool_threads(g_pool) == n_threads) return g_pool;
+    el_pool_free(g_pool);
+    g_pool = NULL;
+    if (el_pool_create(n_threads, &g_pool) != EL_OK) {
+        fprintf(stderr, "cannot create a pool of %d threads\n", n_threads);
+        exit(2);
+    }
+    return g_pool;
+}
+
+/* ------------------------------------------------------------------ tests: ISA paths vs scalar */
+
+static size_t sizes_for(int type, size_t out[4]) {
+    const size_t bs = el_type_block_size(type);
+    if (bs == 1) {
+        out[0] = 1, out[1] = 7, out[2] = 64, out[3] = 1001;
+        return 4;
+    }
+    if (bs == QK_K) {
+        out[0] = 256, out[1] = 768, out[2] = 2048;
+        return 3;
+    }
+    out[0] = 32, out[1] = 96, out[2] = 1056;
+    return 3;
+}
+
+static void test_vec_dot(rng_t *r) {
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const int wt = g_types[ti], at = el_vec_dot_type(wt);
+        size_t ns[4];
+        const size_t nn = sizes_for(wt, ns);
+        for (size_t si = 0; si < nn; si++) {
+            const size_t n = ns[si], wb = el_row_bytes(wt, n), ab = el_row_bytes(at, n);
+            for (int trial = 0; trial < 6; trial++) {
+                /* odd trials put both rows at odd addresses: blocks are packed, never aligned */
+                const size_t off = (size_t)(trial & 1);
+                uint8_t *wbuf = xmalloc(wb + off), *abuf = xmalloc(ab + off);
+                uint8_t *w = wbuf + off, *a = abuf + off;
+                fill_row(r, wt, w, n);
+                fill_row(r, at, a, n);
+                float ref = 0, got = 0;
+                use_isa("scalar");
+                check(el_vec_dot(wt, n, w, wb, a, ab, &ref) == EL_OK, "vec_dot %s scalar status", tname(wt));
+                const dot_bound b = dot_magnitude(wt, n, w, a);
+                const double tol = dot_tol(wt, n, b);
+                check(isfinite(ref), "vec_dot %s n=%zu scalar not finite", tname(wt), n);
+                for (int k = 0; k < g_n_isas; k++) {
+                    if (strcmp(g_isas[k], "scalar") == 0) continue;
+                    use_isa(g_isas[k]);
+                    check(el_vec_dot(wt, n, w, wb, a, ab, &got) == EL_OK, "vec_dot status");
+                    const double err = fabs((double)got - (double)ref);
+                    if (isa_exact_blocks(g_isas[k]))
+                        check(got == ref, "vec_dot %s n=%zu isa=%s: %.9g != scalar %.9g (must be bit-identical)",
+                              tname(wt), n, g_isas[k], got, ref);
+                    else
+                        check(err <= tol, "vec_dot %s n=%zu isa=%s: %.9g vs scalar %.9g (err %.3g > tol %.3g)",
+                              tname(wt), n, g_isas[k], got, ref, err, tol);
+                }
+                free(wbuf);
+                free(abuf);
+            }
+        }
+    }
+    use_isa(g_auto_isa);
+}
+
+/* a block where scaling gives exact .5 ties (amax 127 -> d = 1), to pin the rounding mode */
+static void tie_block(float *x, size_t n, int neg) {
+    for (size_t j = 0; j < n; j++) x[j] = (float)((int)(j % 40) - 20) + 0.5f;
+    x[0] = neg ? -127.0f : 127.0f;
+}
+
+static void test_quantize_act(rng_t *r) {
+    for (size_t ai = 0; ai < sizeof g_act_types / sizeof g_act_types[0]; ai++) {
+        const int at = g_act_types[ai];
+        const el_type_traits *tr = el_get_type_traits(at);
+        for (int trial = 0; trial < 8; trial++) {
+            const size_t n = tr->blck_size * (size_t)(1 + trial % 4 * 3), bytes = el_row_bytes(at, n);
+            float *x = xmalloc(n * sizeof(float));
+            rng_floats(r, x, n, trial % 2 ? 3.0f : 0.01f);
+            if (trial == 2) memset(x, 0, n * sizeof(float));        /* all-zero block: d = 0 */
+            if (trial == 3 || trial == 5) tie_block(x, n, trial == 5); /* rounding of exact halves */
+            uint8_t *ref = xmalloc(bytes), *got = xmalloc(bytes + 1);
+            tr->from_float(x, ref, n);
+            for (int k = 0; k < g_n_isas; k++) {
+                use_isa(g_isas[k]);
+                memset(got, 0xA5, bytes);
+                /* odd output address: activation rows live in a shared scratch buffer */
+                el_kern()->quantize_act[at](x, got + (trial & 1), n);
+                check(memcmp(ref, got + (trial & 1), bytes) == 0, "quantize_act %s n=%zu isa=%s trial %d differs from reference",
+                      tname(at), n, g_isas[k], trial);
+            }
+            free(x);
+            free(ref);
+            free(got);
+        }
+    }
+    use_isa(g_auto_isa);
+}
+
+static void test_float_kernels(rng_t *r) {
+    static const size_t ns[] = {1, 3, 4, 15, 16, 17, 64, 255, 1000};
+    for (size_t si = 0; si < sizeof ns / sizeof ns[0]; si++) {
+        const size_t n = ns[si];
+        float *a = xmalloc((n + 1) * sizeof(float)), *b = xmalloc((n + 1) * sizeof(float));
+        el_half *h = xmalloc((n + 1) * sizeof(el_half));
+        float *y0 = xmalloc(n * sizeof(float)), *y1 = xmalloc(n * sizeof(float)), *yr = xmalloc(n * sizeof(float));
+        rng_floats(r, a, n + 1, 2.0f);
+        rng_floats(r, b, n + 1, 2.0f);
+        for (size_t i = 0; i < n + 1; i++) h[i] = rng_half(r, -6, 1);
+        rng_floats(r, yr, n, 1.0f);
+        const float alpha = rng_unit(r);
+        /* one element in: unaligned starts, as rows of a KV cache can be */
+        const float *ua = a + 1, *ub = b + 1;
+        const el_half *uh = h + 1;
+        double mag_ff = 0, mag_fh = 0;
+        for (size_t i = 0; i < n; i++) {
+            mag_ff += fabs((double)ua[i] * ub[i]);
+            mag_fh += fabs((double)ua[i] * el_fp16_to_fp32(uh[i]));
+        }
+        const double slack = 0x1p-23 * (double)(n + 8);
+        const float ref_ff = el_dot_f32_scalar(n, ua, ub), ref_fh = el_dot_f32_f16_scalar(n, ua, uh);
+        for (int k = 0; k < g_n_isas; k++) {
+            use_isa(g_isas[k]);
+            const el_kernels *K = el_kern();
+            const float g_ff = K->dot_f32(n, ua, ub), g_fh = K->dot_f32_f16(n, ua, uh);
+            check(fabs((double)g_ff - ref_ff) <= slack * mag_ff + 1e-30, "dot_f32 n=%zu isa=%s %.9g vs %.9g", n,
+                  g_isas[k], g_ff, ref_ff);
+            check(fabs((double)g_fh - ref_fh) <= slack * mag_fh + 1e-30, "dot_f32_f16 n=%zu isa=%s %.9g vs %.9g", n,
+                  g_isas[k], g_fh, ref_fh);
+            /* axpy: one product and one sum per element, fused or not: 2^-23 of the terms */
+            memcpy(y0, yr, n * sizeof(float));
+            memcpy(y1, yr, n * sizeof(float));
+            K->axpy_f32(n, alpha, ua, y0);
+            K->axpy_f16(n, alpha, uh, y1);
+            int ok0 = 1, ok1 = 1;
+            for (size_t i = 0; i < n; i++) {
+                const double e0 = (double)yr[i] + (double)alpha * ua[i];
+                const double e1 = (double)yr[i] + (double)alpha * el_fp16_to_fp32(uh[i]);
+                ok0 &= fabs(y0[i] - e0) <= 0x1p-22 * (fabs(yr[i]) + fabs((double)alpha * ua[i])) + 1e-38;
+                ok1 &= fabs(y1[i] - e1) <= 0x1p-22 * (fabs(yr[i]) + fabs((double)alpha * el_fp16_to_fp32(uh[i]))) + 1e-38;
+            }
+            check(ok0, "axpy_f32 n=%zu isa=%s out of tolerance", n, g_isas[k]);
+            check(ok1, "axpy_f16 n=%zu isa=%s out of tolerance", n, g_isas[k]);
+        }
+        free(a);
+        free(b);
+        free(h);
+        free(y0);
+        free(y1);
+        free(yr);
+    }
+    use_isa(g_auto_isa);
+}
+
+/* ------------------------------------------------------------------ matmul */
+
+typedef struct {
+    size_t rows, cols, n_vec;
+    uint8_t *w;
+    float *x, *ref;
+    double *tol;
+} mm_case;
+
+static void mm_case_make(rng_t *r, int wt, size_t rows, size_t cols, size_t n_vec, mm_case *c) {
+    const int at = el_vec_dot_type(wt);
+    const size_t rb = el_row_bytes(wt, cols);
+    c->rows = rows, c->cols = cols, c->n_vec = n_vec;
+    c->w = xmalloc(rows * rb);
+    c->x = xmalloc(cols * n_vec * sizeof(float));
+    c->ref = xmalloc(rows * n_vec * sizeof(float));
+    c->tol = xmalloc(rows * n_vec * sizeof(double));
+    for (size_t i = 0; i < rows; i++) fill_row(r, wt, c->w + i * rb, cols);
+    rng_floats(r, c->x, cols * n_vec, 1.5f);
+    /* reference: double products of dequantized weights and reference-quantized activations */
+    const size_t ab = at == EL_TYPE_F32 ? cols * sizeof(float) : el_row_bytes(at, cols);
+    uint8_t *act = xmalloc(ab);
+    float *wf = xmalloc(cols * sizeof(float)), *af = xmalloc(cols * sizeof(float));
+    for (size_t v = 0; v < n_vec; v++) {
+        if (at == EL_TYPE_F32) memcpy(act, c->x + v * cols, ab);
+        else el_get_type_traits(at)->from_float(c->x + v * cols, act, cols);
+        row_to_float(at, act, cols, af);
+        for (size_t i = 0; i < rows; i++) {
+            row_to_float(wt, c->w + i * rb, cols, wf);
+            double s = 0;
+            for (size_t j = 0; j < cols; j++) s += (double)wf[j] * af[j];
+            c->ref[v * rows + i] = (float)s;
+            const dot_bound b = dot_magnitude(wt, cols, c->w + i * rb, act);
+            c->tol[v * rows + i] = dot_tol(wt, cols, b) + (at == EL_TYPE_Q8_1 ? 0x1p-10 * b.mag_off : 0) +
+                                   0x1p-24 * fabs(s); /* the final rounding to float */
+        }
+    }
+    free(act);
+    free(wf);
+    free(af);
+}
+
+static void mm_case_free(mm_case *c) {
+    free(c->w);
+    free(c->x);
+    free(c->ref);
+    free(c->tol);
+}
+
+static void test_matmul(rng_t *r) {
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const int wt = g_types[ti];
+        const size_t bs = el_type_block_size(wt);
+        /* odd row counts, 17 blocks of 32 (odd) or 2 super-blocks, and sizes big enough that the
+         * pool splits both the quantization and the rows over every thread */
+        const size_t cols = bs == QK_K ? 512 : bs == 32 ? 544 : 67;
+        for (size_t nv = 1; nv <= 5; nv += 4) {
+            mm_case c;
+            mm_case_make(r, wt, 37, cols, nv, &c);
+            const size_t ny = c.rows * nv;
+            float *y = xmalloc(ny * sizeof(float)), *y1 = xmalloc(ny * sizeof(float)), *ys = xmalloc(ny * sizeof(float));
+            for (int k = 0; k < g_n_isas; k++) {
+                use_isa(g_isas[k]);
+                for (int nt = 1; nt <= 4; nt++) {
+                    float *out = nt == 1 ? y1 : y;
+                    const int st = el_matmul(pool_of(nt), wt, c.w, c.rows * el_row_bytes(wt, cols), c.rows, cols, c.x, nv, out);
+                    check(st == EL_OK, "matmul %s status %d", tname(wt), st);
+                    if (nt > 1)
+                        check(memcmp(y, y1, ny * sizeof(float)) == 0, "matmul %s n_vec=%zu isa=%s: %d threads differ from 1",
+                              tname(wt), nv, g_isas[k], nt);
+                }
+                size_t bad = 0, worst = 0;
+                double worst_ratio = 0;
+                for (size_t i = 0; i < ny; i++) {
+                    const double err = fabs((double)y1[i] - c.ref[i]), ratio = err / c.tol[i];
+                    if (!(err <= c.tol[i])) bad++;
+                    if (!(ratio <= worst_ratio)) worst_ratio = ratio, worst = i;
+                }
+                check(bad == 0, "matmul %s n_vec=%zu isa=%s: %zu of %zu outputs off the double reference (worst [%zu] %.9g vs %.9g, tol %.3g)",
+                      tname(wt), nv, g_isas[k], bad, ny, worst, y1[worst], c.ref[worst], c.tol[worst]);
+                if (g_verbose) printf("  matmul %-5s n_vec=%zu isa=%-12s worst err/tol %.3f\n", tname(wt), nv, g_isas[k], worst_ratio);
+                if (strcmp(g_isas[k], "scalar") == 0) memcpy(ys, y1, ny * sizeof(float));
+                else if (isa_exact_blocks(g_isas[k]))
+                    check(memcmp(ys, y1, ny * sizeof(float)) == 0, "matmul %s isa=%s not bit-identical to scalar", tname(wt), g_isas[k]);
+            }
+            free(y);
+            free(y1);
+            free(ys);
+            mm_case_free(&c);
+        }
+    }
+    /* argument checks: wrong byte count, unsupported activation-only type */
+    float x[32] = {0}, y[1];
+    uint8_t w[34] = {0};
+    check(el_matmul(pool_of(1), EL_TYPE_Q8_0, w, 33, 1, 32, x, 1, y) == EL_EINVAL, "matmul accepts a short weight buffer");
+    check(el_matmul(pool_of(1), EL_TYPE_Q8_K, w, 34, 1, 32, x, 1, y) != EL_OK, "matmul accepts Q8_K weights");
+    use_isa(g_auto_isa);
+}
+
+/* ------------------------------------------------------------------ dequantize / quantize round trips */
+
+static void test_dequant_quant(rng_t *r) {
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const int t = g_types[ti];
+        const size_t n = el_type_block_size(t) == 1 ? 67 : 512, bytes = el_row_bytes(t, n);
+        uint8_t *q = xmalloc(bytes + 1), *q2 = xmalloc(bytes);
+        float *x = xmalloc(n * sizeof(float)), *y = xmalloc(n * sizeof(float)), *y2 = xmalloc(n * sizeof(float));
+        fill_row(r, t, q, n);
+        check(el_dequantize(t, q, bytes, y, n) == EL_OK, "dequantize %s status", tname(t));
+        memmove(q + 1, q, bytes); /* the same row one byte on: reading must not depend on alignment */
+        check(el_dequantize(t, q + 1, bytes, y2, n) == EL_OK, "dequantize %s status (unaligned)", tname(t));
+        check(memcmp(y, y2, n * sizeof(float)) == 0, "dequantize %s depends on alignment", tname(t));
+        int finite = 1;
+        for (size_t i = 0; i < n; i++) finite &= isfinite(y[i]) != 0;
+        check(finite, "dequantize %s of finite-scale blocks gives non-finite values", tname(t));
+        check(el_dequantize(t, q, bytes - 1, y, n) == EL_EINVAL, "dequantize %s accepts a short buffer", tname(t));
+        /* quantize -> dequantize error is bounded by the format's step (levels over the range) */
+        rng_floats(r, x, n, 1.0f);
+        check(el_quantize(t, x, n, q2, bytes) == EL_OK, "quantize %s status", tname(t));
+        check(el_dequantize(t, q2, bytes, y, n) == EL_OK, "dequantize %s status", tname(t));
+        const double levels = t == EL_TYPE_F32 ? 1e9 : t == EL_TYPE_F16 ? 2048 : t == EL_TYPE_BF16 ? 128
+                            : t == EL_TYPE_Q8_0 ? 127 : t == EL_TYPE_Q6_K ? 31 : t == EL_TYPE_Q5_0 || t == EL_TYPE_Q5_1 ? 15
+                            : t == EL_TYPE_Q5_K ? 15 : t == EL_TYPE_Q4_0 || t == EL_TYPE_Q4_1 || t == EL_TYPE_Q4_K ? 7
+                            : t == EL_TYPE_Q3_K ? 3 : 1.5;
+        /* inputs are uniform in [-1, 1): |x - y| <= 1/levels covers a half step plus the 6-bit or
+         * fp16 rounding of the scales (a generous bound: it catches layout bugs, not tuning) */
+        double worst = 0;
+        for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)x[i] - y[i]));
+        check(worst <= 1.0 / levels + 1e-7, "quantize %s round trip error %.4g > %.4g", tname(t), worst, 1.0 / levels);
+        x[n / 2] = NAN;
+        if (el_type_block_size(t) > 1)
+            check(el_quantize(t, x, n, q2, bytes) == EL_EINVAL, "quantize %s accepts NaN input", tname(t));
+        free(q);
+        free(q2);
+        free(x);
+        free(y);
+        free(y2);
+    }
+}
+
+/* ------------------------------------------------------------------ float ops vs double references */
+
+static double rope_theta(int32_t pos, size_t i, size_t n_rot, float base, float scale) {
+    return (double)scale * (double)pos * pow((double)base, -2.0 * (double)i / (double)n_rot);
+}
+
+static void test_ops(rng_t *r) {
+    /* rmsnorm */
+    for (size_t n = 1; n <= 2049; n += 512) {
+        float *x = xmalloc(n * sizeof(float)), *w = xmalloc(n * sizeof(float)), *o = xmalloc(n * sizeof(float));
+        rng_floats(r, x, n, 4.0f);
+        rng_floats(r, w, n, 2.0f);
+        for (int with_w = 0; with_w < 2; with_w++) {
+            el_rmsnorm(o, x, with_w ? w : NULL, n, 1e-6f);
+            double ss = 0;
+            for (size_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+            const double sc = 1.0 / sqrt(ss / (double)n + 1e-6);
+            int ok = 1;
+            for (size_t i = 0; i < n; i++) {
+                const double e = (double)x[i] * sc * (with_w ? w[i] : 1.0);
+                ok &= fabs(o[i] - e) <= 4e-6 * fabs(e) + 1e-30;
+            }
+            check(ok, "rmsnorm n=%zu weight=%d off the double reference", n, with_w);
+        }
+        /* in place */
+        memcpy(o, x, n * sizeof(float));
+        el_rmsnorm(o, o, w, n, 1e-6f);
+        float *o2 = xmalloc(n * sizeof(float));
+        el_rmsnorm(o2, x, w, n, 1e-6f);
+        check(memcmp(o, o2, n * sizeof(float)) == 0, "rmsnorm in place differs");
+        free(o2);
+        free(x);
+        free(w);
+        free(o);
+    }
+    /* softmax, including a large offset (needs the max subtraction) and -inf entries (masked) */
+    for (int trial = 0; trial < 4; trial++) {
+        const size_t n = trial == 0 ? 1 : 257 * (size_t)trial;
+        float *x = xmalloc(n * sizeof(float));
+        double *e = xmalloc(n * sizeof(double));
+        rng_floats(r, x, n, 8.0f);
+        if (trial == 2)
+            for (size_t i = 0; i < n; i++) x[i] += 1000.0f;
+        if (trial == 3)
+            for (size_t i = 0; i < n; i += 3) x[i] = -INFINITY;
+        double mx = -INFINITY, s = 0;
+        for (size_t i = 0; i < n; i++) mx = fmax(mx, x[i]);
+        for (size_t i = 0; i < n; i++) s += (e[i] = x[i] == -INFINITY ? 0.0 : exp((double)x[i] - mx));
+        el_softmax(x, n);
+        int ok = 1;
+        double total = 0;
+        for (size_t i = 0; i < n; i++) {
+            ok &= fabs(x[i] - e[i] / s) <= 1e-6 + 1e-5 * e[i] / s;
+            total += x[i];
+        }
+        check(ok && fabs(total - 1.0) < 1e-4, "softmax n=%zu trial %d off the double reference", n, trial);
+        free(x);
+        free(e);
+    }
+    /* rope: both layouts, partial rotation, frequency scaling */
+    static const int32_t positions[] = {0, 1, 17, 300, 4095};
+    for (int neox = 0; neox < 2; neox++)
+        for (size_t pi = 0; pi < sizeof positions / sizeof positions[0]; pi++) {
+            const size_t n_head = 3, head_dim = 64, n_rot = pi % 2 ? 32 : 64;
+            const float base = pi % 2 ? 1e6f : 10000.0f, fscale = pi == 3 ? 0.25f : 1.0f;
+            const int32_t pos = positions[pi];
+            float x[3 * 64], x0[3 * 64];
+            rng_floats(r, x0, n_head * head_dim, 1.0f);
+            memcpy(x, x0, sizeof x);
+            el_rope(x, n_head, head_dim, n_rot, pos, base, fscale, neox);
+            const double tol = 2e-7 * (double)(n_rot / 2 + 2) * (fabs((double)pos) + 1) + 1e-6;
+            int ok = 1;
+            for (size_t h = 0; h < n_head; h++) {
+                const float *v0 = x0 + h * head_dim, *v = x + h * head_dim;
+                for (size_t i = 0; i < n_rot / 2; i++) {
+                    const double th = rope_theta(pos, i, n_rot, base, fscale);
+                    const size_t a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+                    const double ea = v0[a] * cos(th) - v0[b] * sin(th), eb = v0[a] * sin(th) + v0[b] * cos(th);
+                    ok &= fabs(v[a] - ea) <= tol && fabs(v[b] - eb) <= tol;
+                }
+                for (size_t i = n_rot; i < head_dim; i++) ok &= v[i] == v0[i]; /* unrotated dims untouched */
+            }
+            check(ok, "rope neox=%d pos=%d n_rot=%zu off the double reference", neox, pos, n_rot);
+        }
+}
+
+/* ------------------------------------------------------------------ attention */
+
+typedef struct {
+    size_t n_q, n_head, n_head_kv, head_dim, n_kv;
+    int kv_type;
+    int32_t window;
+    float scale;
+    float *q, *out;
+    int32_t *q_pos, *kv_pos;
+    uint8_t *k, *v;
+} attn_case;
+
+static void attn_make(rng_t *r, int kv_type, size_t n_head, size_t n_head_kv, int32_t window, attn_case *c) {
+    c->n_q = 4, c->n_head = n_head, c->n_head_kv = n_head_kv, c->head_dim = 64, c->n_kv = 23;
+    c->kv_type = kv_type, c->window = window, c->scale = 0.125f;
+    const size_t row = el_row_bytes(kv_type, c->head_dim), slot = row * n_head_kv;
+    c->q = xmalloc(c->n_q * n_head * c->head_dim * sizeof(float));
+    c->out = xmalloc(c->n_q * n_head * c->head_dim * sizeof(float));
+    c->q_pos = xmalloc(c->n_q * sizeof(int32_t));
+    c->kv_pos = xmalloc(c->n_kv * sizeof(int32_t));
+    c->k = xmalloc(c->n_kv * slot);
+    c->v = xmalloc(c->n_kv * slot);
+    rng_floats(r, c->q, c->n_q * n_head * c->head_dim, 2.0f);
+    float tmp[64];
+    for (size_t j = 0; j < c->n_kv * n_head_kv; j++) {
+        rng_floats(r, tmp, c->head_dim, 2.0f);
+        el_quantize(kv_type, tmp, c->head_dim, c->k + j * row, row);
+        rng_floats(r, tmp, c->head_dim, 1.0f);
+        el_quantize(kv_type, tmp, c->head_dim, c->v + j * row, row);
+    }
+    /* slots hold positions 0..21 in a shuffled order, one slot empty (-1), as a ring cache does */
+    for (size_t j = 0; j < c->n_kv; j++) c->kv_pos[j] = (int32_t)j;
+    for (size_t j = c->n_kv - 1; j > 0; j--) {
+        const size_t s = rng_below(r, (uint32_t)(j + 1));
+        const int32_t t = c->kv_pos[j];
+        c->kv_pos[j] = c->kv_pos[s], c->kv_pos[s] = t;
+    }
+    for (size_t j = 0; j < c->n_kv; j++)
+        if (c->kv_pos[j] == 22) c->kv_pos[j] = -1;
+    /* early (few keys), late (all), beyond the window of every key (nothing visible: zeros) */
+    c->q_pos[0] = 3, c->q_pos[1] = 21, c->q_pos[2] = 12, c->q_pos[3] = window ? 40 : 0;
+}
+
+static void attn_free(attn_case *c) {
+    free(c->q), free(c->out), free(c->q_pos), free(c->kv_pos), free(c->k), free(c->v);
+}
+
+/* double reference; q is first rounded to the cache's dot format, which is the defined semantics
+ * (llama.cpp converts f32 q to f16 / q8_0 before multiplying by the keys) */
+static void attn_reference(const attn_case *c, double *ref) {
+    const size_t hd = c->head_dim, group = c->n_head / c->n_head_kv, row = el_row_bytes(c->kv_type, hd);
+    float qr[64], kf[64], vf[64];
+    uint8_t qq[sizeof(block_q8_0) * 2];
+    double *sc = xmalloc(c->n_kv * sizeof(double));
+    for (size_t i = 0; i < c->n_q; i++)
+        for (size_t h = 0; h < c->n_head; h++) {
+            const float *q = c->q + (i * c->n_head + h) * hd;
+            if (c->kv_type == EL_TYPE_F16) for (size_t d = 0; d < hd; d++) qr[d] = el_fp16_to_fp32(el_fp32_to_fp16(q[d]));
+            else if (c->kv_type == EL_TYPE_Q8_0) {
+                el_quantize(EL_TYPE_Q8_0, q, hd, qq, sizeof qq);
+                el_dequantize(EL_TYPE_Q8_0, qq, sizeof qq, qr, hd);
+            } else memcpy(qr, q, hd * sizeof(float));
+            const size_t hk = h / group;
+            double mx = -INFINITY;
+            for (size_t j = 0; j < c->n_kv; j++) {
+                const int32_t kp = c->kv_pos[j], qp = c->q_pos[i];
+                if (kp < 0 || kp > qp || (c->window > 0 && qp - kp >= c->window)) {
+                    sc[j] = -INFINITY;
+                    continue;
+                }
+                el_dequantize(c->kv_type, c->k + (j * c->n_head_kv + hk) * row, row, kf, hd);
+                double s = 0;
+                for (size_t d = 0; d < hd; d++) s += (double)qr[d] * kf[d];
+                sc[j] = s * c->scale;
+                mx = fmax(mx, sc[j]);
+            }
+            double *o = ref + (i * c->n_head + h) * hd;
+            for (size_t d = 0; d < hd; d++) o[d] = 0;
+            if (mx == -INFINITY) continue;
+            double sum = 0;
+            for (size_t j = 0; j < c->n_kv; j++) sum += (sc[j] = sc[j] == -INFINITY ? 0 : exp(sc[j] - mx));
+            for (size_t j = 0; j < c->n_kv; j++) {
+                if (sc[j] == 0) continue;
+                el_dequantize(c->kv_type, c->v + (j * c->n_head_kv + hk) * row, row, vf, hd);
+                for (size_t d = 0; d < hd; d++) o[d] += sc[j] / sum * vf[d];
+            }
+        }
+    free(sc);
+}
+
+static void test_attention(rng_t *r) {
+    static const int kv_types[] = {EL_TYPE_F16, EL_TYPE_Q8_0, EL_TYPE_F32};
+    for (size_t ki = 0; ki < 3; ki++)
+        for (int variant = 0; variant < 3; variant++) {
+            /* GQA 4:2 without window, GQA 4:1 with a window of 8, plain MHA 2:2 with a window of 5 */
+            const size_t nh = variant == 2 ? 2 : 4, nkv = variant == 0 ? 2 : variant == 1 ? 1 : 2;
+            const int32_t window = variant == 0 ? 0 : variant == 1 ? 8 : 5;
+            attn_case c;
+            attn_make(r, kv_types[ki], nh, nkv, window, &c);
+            const size_t nout = c.n_q * nh * c.head_dim;
+            double *ref = xmalloc(nout * sizeof(double));
+            attn_reference(&c, ref);
+            float *o1 = xmalloc(nout * sizeof(float));
+            for (int k = 0; k < g_n_isas; k++) {
+                use_isa(g_isas[k]);
+                const int st = el_attention(c.q, c.n_q, c.q_pos, nh, nkv, c.head_dim, c.kv_type, c.k, c.v, c.kv_pos,
+                                            c.n_kv, window, c.scale, c.out);
+                check(st == EL_OK, "attention status %d", st);
+                double worst = 0;
+                for (size_t i = 0; i < nout; i++) worst = fmax(worst, fabs(c.out[i] - ref[i]));
+                check(worst <= 1e-4, "attention kv=%s heads %zu/%zu window %d isa=%s: max error %.3g > 1e-4",
+                      tname(c.kv_type), nh, nkv, window, g_isas[k], worst);
+                if (window) { /* the last query sees nothing: exact zeros */
+                    int zero = 1;
+                    for (size_t i = (c.n_q - 1) * nh * c.head_dim; i < nout; i++) zero &= c.out[i] == 0.0f;
+                    check(zero, "attention with no visible key is not zero");
+                }
+                /* the pooled internal entry: 1..4 threads bit-identical to the public call */
+                memcpy(o1, c.out, nout * sizeof(float));
+                for (int nt = 1; nt <= 4; nt++) {
+                    float *scratch = xmalloc(el_attention_scratch_floats(c.n_kv, c.head_dim, nt) * sizeof(float));
+                    el_attn_args a = {c.q, c.n_q, c.q_pos, nh, nkv, c.head_dim, c.kv_type, c.k, c.v, c.kv_pos,
+                                      c.n_kv, window, c.scale, c.out, scratch};
+                    el_attention_run(pool_of(nt), &a);
+                    check(memcmp(o1, c.out, nout * sizeof(float)) == 0, "attention with %d threads differs", nt);
+                    free(scratch);
+                }
+            }
+            free(ref);
+            free(o1);
+            attn_free(&c);
+        }
+    float q[64] = {0}, out[64];
+    int32_t pos = 0;
+    check(el_attention(q, 1, &pos, 3, 2, 64, EL_TYPE_F16, q, q, &pos, 1, 0, 1.0f, out) == EL_EINVAL,
+          "attention accepts n_head not a multiple of n_head_kv");
+    check(el_attention(q, 1, &pos, 2, 2, 64, EL_TYPE_Q4_0, q, q, &pos, 1, 0, 1.0f, out) == EL_EUNSUPPORTED,
+          "attention accepts a Q4_0 cache");
+    use_isa(g_auto_isa);
+}
+
+/* ------------------------------------------------------------------ golden vectors */
+
+/* A record is named outputs: bytes (compared exactly) or floats with an absolute tolerance chosen
+ * on the emitting host. Emit writes them; check compares each ISA's recomputation with them. */
+typedef struct {
+    char name[64];
+    int is_bytes;
+    size_t n;
+    float tol;
+    float *f;
+    uint8_t *b;
+} golden_rec;
+
+typedef struct {
+    FILE *out;            /* emit mode */
+    golden_rec *recs;     /* check mode */
+    size_t n_recs, next;
+    const char *isa;
+    int exact_blocks;
+    size_t n_exact, n_close;
+    uint64_t input_hash;
+} golden_sink;
+
+static void hash_bytes(golden_sink *g, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) g->input_hash = (g->input_hash ^ b[i]) * 0x100000001B3ull;
+}
+
+static golden_rec *golden_next(golden_sink *g, const char *name) {
+    if (g->next >= g->n_recs || strcmp(g->recs[g->next].name, name) != 0) {
+        check(0, "golden: record %s missing (file from another version?)", name);
+        return NULL;
+    }
+    return &g->recs[g->next++];
+}
+
+/* tol is what emit records; with `exact` the check ignores it and wants the very bits */
+static void golden_f32(golden_sink *g, const char *name, const float *v, size_t n, double tol, int exact) {
+    if (g->out) {
+        fprintf(g->out, "rec %s f32 %zu %a\n", name, n, (float)tol);
+        for (size_t i = 0; i < n; i++) fprintf(g->out, "%a\n", v[i]);
+        return;
+    }
+    golden_rec *r = golden_next(g, name);
+    if (!r) return;
+    if (r->is_bytes || r->n != n) {
+        check(0, "golden %s: shape differs", name);
+        return;
+    }
+    const double eff_tol = exact ? 0.0 : r->tol;
+    size_t bad = 0, worst = 0;
+    int same = 1;
+    double werr = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (memcmp(&v[i], &r->f[i], 4) == 0) continue;
+        same = 0;
+        const double err = fabs((double)v[i] - r->f[i]);
+        if (exact || !(err <= eff_tol)) bad++;
+        if (!(err <= werr)) werr = err, worst = i;
+    }
+    check(bad == 0, "golden %s isa=%s: %zu of %zu values off (worst [%zu] %.9g vs %.9g, tol %.3g%s)", name, g->isa, bad,
+          n, worst, v[worst], r->f[worst], eff_tol, exact ? ", bit-exact required" : "");
+    if (same) g->n_exact++;
+    else g->n_close++;
+    if (g_verbose && !same) printf("  golden %-28s isa=%-12s max err %.3g (tol %.3g)\n", name, g->isa, werr, eff_tol);
+}
+
+static void golden_bytes(golden_sink *g, const char *name, const void *p, size_t n) {
+    const uint8_t *b = p;
+    if (g->out) {
+        fprintf(g->out, "rec %s u8 %zu 0x0p+0\n", name, n);
+        for (size_t i = 0; i < n; i++) fprintf(g->out, "%02x%s", b[i], (i % 32 == 31 || i + 1 == n) ? "\n" : "");
+        return;
+    }
+    golden_rec *r = golden_next(g, name);
+    if (!r) return;
+    check(r->is_bytes && r->n == n && memcmp(r->b, b, n) == 0, "golden %s isa=%s: bytes differ", name, g->isa);
+    g->n_exact++;
+}
+
+/* Everything the golden file pins, computed from seed-derived inputs through the active ISA. */
+static void golden_compute(golden_sink *g, uint64_t seed) {
+    rng_t r = {seed ^ 0x601d};
+    char name[64];
+    g->input_hash = 0xcbf29ce484222325ull;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const int t = g_types[ti], at = el_vec_dot_type(t);
+        const size_t n = el_type_block_size(t) == 1 ? 96 : 512, bytes = el_row_bytes(t, n);
+        uint8_t *q = xmalloc(bytes), *q2 = xmalloc(bytes);
+        float *x = xmalloc(n * sizeof(float)), *y = xmalloc(n * sizeof(float));
+        /* dequantize random blocks: exact */
+        fill_row(&r, t, q, n);
+        hash_bytes(g, q, bytes);
+        el_dequantize(t, q, bytes, y, n);
+        snprintf(name, sizeof name, "dequant.%s", tname(t));
+        golden_f32(g, name, y, n, 0, 1);
+        /* reference quantizer: exact bytes */
+        rng_floats(&r, x, n, 1.0f);
+        hash_bytes(g, x, n * sizeof(float));
+        el_quantize(t, x, n, q2, bytes);
+        snprintf(name, sizeof name, "quant.%s", tname(t));
+        golden_bytes(g, name, q2, bytes);
+        /* vec_dot of 4 random weight rows with random activations */
+        const size_t ab = el_row_bytes(at, n);
+        uint8_t *a = xmalloc(ab);
+        float dots[4];
+        double tol = 0;
+        for (int k = 0; k < 4; k++) {
+            fill_row(&r, t, q, n);
+            fill_row(&r, at, a, n);
+            hash_bytes(g, q, bytes);
+            hash_bytes(g, a, ab);
+            el_vec_dot(t, n, q, bytes, a, ab, &dots[k]);
+            const double tk = g->out ? dot_tol(t, n, dot_magnitude(t, n, q, a)) : 0;
+            tol = fmax(tol, tk);
+        }
+        snprintf(name, sizeof name, "vec_dot.%s", tname(t));
+        golden_f32(g, name, dots, 4, tol, g->exact_blocks);
+        /* matmul, 2 threads, 2 vectors */
+        mm_case c;
+        const size_t cols = el_type_block_size(t) == QK_K ? 512 : el_type_block_size(t) == 32 ? 544 : 67;
+        mm_case_make(&r, t, 19, cols, 2, &c);
+        hash_bytes(g, c.w, c.rows * el_row_bytes(t, cols));
+        float ym[38];
+        el_matmul(pool_of(2), t, c.w, c.rows * el_row_bytes(t, cols), c.rows, cols, c.x, 2, ym);
+        double mtol = 0;
+        for (size_t i = 0; i < 38; i++) mtol = fmax(mtol, c.tol[i]);
+        snprintf(name, sizeof name, "matmul.%s", tname(t));
+        golden_f32(g, name, ym, 38, 2 * mtol, g->exact_blocks);
+        mm_case_free(&c);
+        free(a);
+        free(q);
+        free(q2);
+        free(x);
+        free(y);
+    }
+    /* activation quantizers of the active ISA: exact bytes */
+    for (size_t ai = 0; ai < 3; ai++) {
+        const int at = g_act_types[ai];
+        float x[512];
+        uint8_t q[sizeof(block_q8_K) * 2];
+        rng_floats(&r, x, 512, 2.0f);
+        el_kern()->quantize_act[at](x, q, 512);
+        snprintf(name, sizeof name, "quantize_act.%s", tname(at));
+        golden_bytes(g, name, q, el_row_bytes(at, 512));
+    }
+    /* float ops (not bit-pinned across compilers: libm and contraction differ) */
+    float x[640], w[640], o[640];
+    rng_floats(&r, x, 640, 3.0f);
+    rng_floats(&r, w, 640, 1.0f);
+    el_rmsnorm(o, x, w, 640, 1e-6f);
+    golden_f32(g, "rmsnorm", o, 640, 4e-6 * 8, 0);
+    memcpy(o, x, sizeof o);
+    el_softmax(o, 640);
+    golden_f32(g, "softmax", o, 640, 1e-6, 0);
+    for (int neox = 0; neox < 2; neox++) {
+        memcpy(o, x, sizeof o);
+        el_rope(o, 10, 64, 64, 123, 10000.0f, 1.0f, neox);
+        golden_f32(g, neox ? "rope.neox" : "rope.normal", o, 640, 2e-7 * 34 * 124 * 3.0 + 1e-6, 0);
+    }
+    static const int kv_types[] = {EL_TYPE_F16, EL_TYPE_Q8_0, EL_TYPE_F32};
+    for (size_t ki = 0; ki < 3; ki++) {
+        attn_case c;
+        attn_make(&r, kv_types[ki], 4, 2, ki == 1 ? 6 : 0, &c);
+        el_attention(c.q, c.n_q, c.q_pos, 4, 2, c.head_dim, c.kv_type, c.k, c.v, c.kv_pos, c.n_kv, c.window, c.scale,
+                     c.out);
+        snprintf(name, sizeof name, "attention.%s", tname(kv_types[ki]));
+        golden_f32(g, name, c.out, c.n_q * 4 * c.head_dim, 2e-5, 0);
+        attn_free(&c);
+    }
+    /* last: a mismatch here means the inputs differ, so every other mismatch is moot */
+    uint8_t hb[8];
+    memcpy(hb, &g->input_hash, 8);
+    golden_bytes(g, "input_hash", hb, 8);
+}
+
+static int golden_emit(const char *path, uint64_t seed) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return 2;
+    }
+    fprintf(f, "edgellama-golden 1 seed %llu\n", (unsigned long long)seed);
+    use_isa("scalar");
+    golden_sink g = {0};
+    g.out = f;
+    g.isa = "scalar";
+    golden_compute(&g, seed);
+    fprintf(f, "end\n");
+    fclose(f);
+    printf("golden vectors of the scalar reference written to %s\n", path);
+    return 0;
+}
+
+static golden_rec *golden_load(const char *path, uint64_t *seed, size_t *n_out) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        perror(path);
+        return NULL;
+    }
+    unsigned long long s = 0;
+    int version = 0;
+    if (fscanf(f, "edgellama-golden %d seed %llu", &version, &s) != 2 || version != 1) {
+        fprintf(stderr, "%s: not a golden file\n", path);
+        fclose(f);
+        return NULL;
+    }
+    size_t cap = 64, n = 0;
+    golden_rec *recs = xmalloc(cap * sizeof *recs);
+    char word[16], kind[8];
+    while (fscanf(f, " %15s", word) == 1 && strcmp(word, "rec") == 0) {
+        if (n == cap) {
+            cap *= 2;
+            golden_rec *nr = realloc(recs, cap * sizeof *recs);
+            if (!nr) exit(2);
+            recs = nr;
+        }
+        golden_rec *r = &recs[n];
+        memset(r, 0, sizeof *r);
+        if (fscanf(f, " %63s %7s %zu %a", r->name, kind, &r->n, &r->tol) != 4 || r->n > (1u << 24)) break;
+        r->is_bytes = strcmp(kind, "u8") == 0;
+        int ok = 1;
+        if (r->is_bytes) {
+            r->b = xmalloc(r->n);
+            for (size_t i = 0; i < r->n && ok; i++) {
+                unsigned v;
+                ok = fscanf(f, "%2x", &v) == 1;
+                r->b[i] = (uint8_t)v;
+            }
+        } else {
+            r->f = xmalloc(r->n * sizeof(float));
+            for (size_t i = 0; i < r->n && ok; i++) ok = fscanf(f, " %a", &r->f[i]) == 1;
+        }
+        if (!ok) {
+            fprintf(stderr, "%s: truncated record %s\n", path, r->name);
+            break;
+        }
+        n++;
+    }
+    fclose(f);
+    *seed = s;
+    *n_out = n;
+    return recs;
+}
+
+static void golden_check(const char *path) {
+    uint64_t seed = 0;
+    size_t n = 0;
+    golden_rec *recs = golden_load(path, &seed, &n);
+    check(recs != NULL && n > 0, "golden file %s unreadable", path);
+    if (!recs) return;
+    for (int k = 0; k < g_n_isas; k++) {
+        use_isa(g_isas[k]);
+        golden_sink g = {0};
+        g.recs = recs, g.n_recs = n, g.isa = g_isas[k], g.exact_blocks = isa_exact_blocks(g_isas[k]);
+        golden_compute(&g, seed);
+        check(g.next == n, "golden isa=%s: %zu of %zu records compared", g_isas[k], g.next, n);
+        printf("golden vs %s: isa=%s %zu records bit-identical, %zu within tolerance\n", path, g_isas[k], g.n_exact,
+               g.n_close);
+    }
+    for (size_t i = 0; i < n; i++) free(recs[i].f), free(recs[i].b);
+    free(recs);
+    use_isa(g_auto_isa);
+}
+
+/* ------------------------------------------------------------------ main */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    uint64_t seed = 20240607;
+    const char *emit = NULL, *golden = NULL, *only = NULL;
+    int golden_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "-v")) g_verbose = 1;
+        else if (!strcmp(argv[i], "--emit-golden") && i + 1 < argc) emit = argv[++i];
+        else if (!strcmp(argv[i], "--check-golden") && i + 1 < argc) golden = argv[++i];
+        else if (!strcmp(argv[i], "--golden-only")) golden_only = 1;
+        else if (!strcmp(argv[i], "--isa") && i + 1 < argc) only = argv[++i];
+        else {
+            fprintf(stderr, "usage: %s [--seed N] [-v] [--isa NAME] [--check-golden FILE [--golden-only]] | --emit-golden FILE\n", argv[0]);
+            return 2;
+        }
+    }
+    /* the automatic choice, before anything overrides it: what the scripts check per CPU */
+    g_auto_isa = el_isa_name();
+    static const char *all[] = {"scalar", "avx2", "neon", "neon-dotprod"};
+    for (size_t i = 0; i < 4; i++)
+        if (el_isa_available(all[i]) && (!only || !strcmp(only, all[i]) || !strcmp(all[i], "scalar"))) g_isas[g_n_isas++] = all[i];
+    printf("edgellama run_tests: isa=%s features=[%s] testing:", g_auto_isa, el_cpu_features());
+    for (int i = 0; i < g_n_isas; i++) printf(" %s", g_isas[i]);
+    printf(" seed=%llu\n", (unsigned long long)seed);
+    check(el_isa_set("no-such-isa") == EL_EUNSUPPORTED, "el_isa_set accepts an unknown ISA");
+    int rc = 0;
+    if (emit) {
+        rc = golden_emit(emit, seed);
+    } else {
+        rng_t r = {seed};
+        if (!golden_only) {
+            struct { const char *name; void (*fn)(rng_t *); } suites[] = {
+                {"quantize_act", test_quantize_act}, {"vec_dot", test_vec_dot},   {"float kernels", test_float_kernels},
+                {"dequant/quant", test_dequant_quant}, {"matmul", test_matmul},   {"ops", test_ops},
+                {"attention", test_attention},
+            };
+            for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
+                const int f0 = g_fail, p0 = g_pass;
+                const double t0 = now_s();
+                suites[i].fn(&r);
+                printf("%-14s %5d passed, %d failed (%.2f s)\n", suites[i].name, g_pass - p0, g_fail - f0, now_s() - t0);
+            }
+        }
+        if (golden) golden_check(golden);
+    }
+    el_pool_free(g_pool);
+    if (rc) return rc;
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
