@@ -51,7 +51,7 @@ def c_sources() -> list[str]:
     return [_rel(p) for p in files]
 
 
-CFLAGS = ["-O3", "-std=gnu11", "-pthread", "-fno-math-errno", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+CFLAGS = ["-O3", "-std=gnu11", "-pthread", "-fno-math-errno", "-ffp-contract=off", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 if os.environ.get("EDGELLAMA_CFLAGS"):
     CFLAGS += os.environ["EDGELLAMA_CFLAGS"].split()
 
