@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["dequantize", "quantize", "__version__"]
+__all__ = ["__version__", "dequantize", "quantize"]
 
 
 def __getattr__(name: str) -> Any:

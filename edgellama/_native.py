@@ -27,4 +27,4 @@ def check(status: int, what: str) -> None:
         raise KernelError(what, status)
 
 
-__all__ = ["ffi", "lib", "KernelError", "check"]
+__all__ = ["KernelError", "check", "ffi", "lib"]

@@ -59,7 +59,9 @@ def bench(path: Any, threads: list[int], n_prompt: list[int], n_gen: list[int], 
                     if n == 0:
                         continue
                     toks = rng.integers(0, llm.n_vocab, size=n).tolist()
-                    run_once = (lambda: _time_pp(llm, toks)) if kind == "pp" else (lambda: _time_tg(llm, toks[0], n))
+                    def run_once(kind: str = kind, toks: list[int] = toks, n: int = n) -> float:
+                        return _time_pp(llm, toks) if kind == "pp" else _time_tg(llm, toks[0], n)
+
                     run_once()  # warm-up: page in the weights, settle the pool
                     rates = [n / run_once() for _ in range(reps)]
                     rows.append({

@@ -6,7 +6,7 @@ Owns C handles and the memory they point into; knows nothing about GGUF keys or 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -41,13 +41,13 @@ class LayerDesc:
     w_gate: TensorRef
     w_up: TensorRef
     w_down: TensorRef
-    bq: Optional[TensorRef] = None
-    bk: Optional[TensorRef] = None
-    bv: Optional[TensorRef] = None
-    q_norm: Optional[TensorRef] = None
-    k_norm: Optional[TensorRef] = None
-    attn_post_norm: Optional[TensorRef] = None
-    ffn_post_norm: Optional[TensorRef] = None
+    bq: TensorRef | None = None
+    bk: TensorRef | None = None
+    bv: TensorRef | None = None
+    q_norm: TensorRef | None = None
+    k_norm: TensorRef | None = None
+    attn_post_norm: TensorRef | None = None
+    ffn_post_norm: TensorRef | None = None
     rope_base: float = 10000.0
     rope_scale: float = 1.0
     window: int = 0
@@ -71,7 +71,7 @@ class ModelDesc:
     attn_scale: float
     tok_embd: TensorRef
     output_norm: TensorRef
-    output: Optional[TensorRef]
+    output: TensorRef | None
     layers: list[LayerDesc] = field(default_factory=list)
 
 
@@ -99,7 +99,7 @@ class Pool:
         self.close()
 
 
-def _fill_tensor(dst: Any, t: Optional[TensorRef], keep: list[Any]) -> None:
+def _fill_tensor(dst: Any, t: TensorRef | None, keep: list[Any]) -> None:
     if t is None:
         dst.data = ffi.NULL
         dst.nbytes = 0

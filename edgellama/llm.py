@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import Self
 
+from edgellama._native import KernelError
 from edgellama.chat import chat_format_for
 from edgellama.engine import Engine, Pool
 from edgellama.gguf import GGUFFile
@@ -66,8 +69,8 @@ def default_threads() -> int:
 
 
 class LLM:
-    def __init__(self, path: str | Path, n_ctx: Optional[int] = None, n_batch: int = 512,
-                 n_threads: Optional[int] = None, kv_type: str = "f16") -> None:
+    def __init__(self, path: str | Path, n_ctx: int | None = None, n_batch: int = 512,
+                 n_threads: int | None = None, kv_type: str = "f16") -> None:
         t0 = time.perf_counter()
         self.path = Path(path)
         self.file = GGUFFile(self.path)
@@ -96,7 +99,7 @@ class LLM:
         self.pool.close()
         self.file.close()
 
-    def __enter__(self) -> "LLM":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -139,12 +142,12 @@ class LLM:
         try:
             self.engine.truncate(common)
             self.tokens = self.tokens[:common]
-        except Exception:
+        except KernelError:  # a windowed layer's ring no longer holds that far back: start over
             self.reset()
         return self.eval(prompt[len(self.tokens):])
 
     def generate(self, prompt: list[int], sampler: Sampler, n_predict: int = -1,
-                 stop_ids: Optional[set[int]] = None, should_stop: Optional[Callable[[], bool]] = None
+                 stop_ids: set[int] | None = None, should_stop: Callable[[], bool] | None = None
                  ) -> Iterator[Event]:
         """Yields a token event per generated token (text is complete UTF-8 only), then one done event."""
         tm = Timings(load_ms=self.load_ms)

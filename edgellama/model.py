@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from edgellama.engine import ACT_GELU, ACT_SILU, ARCH_GEMMA3, ARCH_LLAMA, LayerDesc, ModelDesc, TensorRef
 from edgellama.ggml_types import COMPUTE_TYPES, type_name
@@ -52,7 +52,7 @@ def _get(md: dict[str, Any], key: str, default: Any = None, required: bool = Tru
     return default
 
 
-def _int(md: dict[str, Any], key: str, default: Optional[int] = None) -> int:
+def _int(md: dict[str, Any], key: str, default: int | None = None) -> int:
     v = _get(md, key, default)
     try:
         iv = int(v)
@@ -113,7 +113,7 @@ class _Tensors:
         self.by_name = {t.name: t for t in f.tensors}
 
     def get(self, name: str, shape: tuple[int, ...], required: bool = True, f32: bool = False
-            ) -> Optional[TensorRef]:
+            ) -> TensorRef | None:
         t = self.by_name.get(name)
         if t is None:
             if required:

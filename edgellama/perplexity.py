@@ -8,7 +8,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +32,7 @@ def _log_softmax_at(logits: npt.NDArray[np.float32], targets: npt.NDArray[np.int
     return x[np.arange(x.shape[0]), targets] - lse
 
 
-def perplexity(llm: Any, tokens: list[int], n_ctx: int, bos_id: Optional[int], max_chunks: int = -1,
+def perplexity(llm: Any, tokens: list[int], n_ctx: int, bos_id: int | None, max_chunks: int = -1,
                progress: Any = None) -> tuple[float, float, int, list[float]]:
     """(ppl, stderr of ppl, scored tokens, running ppl after each chunk)."""
     n_chunks = len(tokens) // n_ctx

