@@ -133,8 +133,20 @@ size_t el_model_scratch_bytes(const el_model *model);
  * the last token (n_vocab floats), or of every token when all_logits (n x n_vocab). */
 int el_model_eval(el_model *model, const int32_t *tokens, size_t n, int32_t pos0, float *logits,
                   int all_logits);
-/* Forgets cached positions >= pos (to re-evaluate from there). */
+/* Forgets cached positions >= pos (to re-evaluate from there). EL_ECTX when a windowed layer's ring
+ * no longer holds the keys that position needs (the caller must then re-evaluate from 0). */
 int el_model_truncate(el_model *model, int32_t pos);
+/* Streaming: drops positions [n_keep, n_keep + n_discard) and moves every later entry down by
+ * n_discard, re-rotating its key, so generation continues at position n_past - n_discard. */
+int el_model_shift(el_model *model, int32_t n_keep, int32_t n_discard);
+/* Memory a model would take, computed exactly as el_model_create allocates it (no allocation). */
+int el_model_plan(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int kv_type, int n_threads,
+                  size_t *kv_bytes, size_t *scratch_bytes);
+/* KV cache state (session save/restore): a blob of el_model_state_size bytes; load refuses a blob
+ * from another model shape, cache type, context or batch size. */
+size_t el_model_state_size(const el_model *model);
+int el_model_state_save(const el_model *model, void *buf, size_t size);
+int el_model_state_load(el_model *model, const void *buf, size_t size);
 
 #ifdef __cplusplus
 }

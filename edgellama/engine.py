@@ -113,6 +113,43 @@ def _fill_tensor(dst: Any, t: TensorRef | None, keep: list[Any]) -> None:
     dst.ne1 = t.ne1
 
 
+def _c_desc(desc: ModelDesc) -> tuple[Any, list[Any]]:
+    """The C el_model_desc for desc, plus the cffi objects that must outlive it."""
+    keep: list[Any] = []
+    layers = ffi.new("el_layer[]", len(desc.layers))
+    keep.append(layers)
+    for i, L in enumerate(desc.layers):
+        c = layers[i]
+        for name in ("attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "q_norm", "k_norm",
+                     "attn_post_norm", "ffn_norm", "w_gate", "w_up", "w_down", "ffn_post_norm"):
+            _fill_tensor(getattr(c, name), getattr(L, name), keep)
+        c.rope_base = L.rope_base
+        c.rope_scale = L.rope_scale
+        c.window = L.window
+    d = ffi.new("el_model_desc *")
+    d.arch, d.act, d.rope_neox = desc.arch, desc.act, int(desc.rope_neox)
+    d.n_layer, d.n_embd, d.n_head, d.n_head_kv = desc.n_layer, desc.n_embd, desc.n_head, desc.n_head_kv
+    d.head_dim, d.n_rot, d.n_ff, d.n_vocab = desc.head_dim, desc.n_rot, desc.n_ff, desc.n_vocab
+    d.norm_eps, d.emb_scale, d.attn_scale = desc.norm_eps, desc.emb_scale, desc.attn_scale
+    _fill_tensor(d.tok_embd, desc.tok_embd, keep)
+    _fill_tensor(d.output_norm, desc.output_norm, keep)
+    _fill_tensor(d.output, desc.output, keep)
+    d.layers = layers
+    return d, keep
+
+
+def plan_bytes(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_threads: int) -> tuple[int, int]:
+    """(KV cache bytes, scratch bytes) the engine would allocate: computed by the C code that allocates."""
+    if kv_type not in KV_TYPES:
+        raise ValueError(f"unknown KV cache type {kv_type!r} (choose from {', '.join(KV_TYPES)})")
+    d, _keep = _c_desc(desc)
+    kv = ffi.new("size_t *")
+    scratch = ffi.new("size_t *")
+    check(lib.el_model_plan(d, int(n_ctx), int(min(n_batch, n_ctx)), KV_TYPES[kv_type], int(n_threads), kv, scratch),
+          f"planning a context of {n_ctx}")
+    return int(kv[0]), int(scratch[0])
+
+
 class Engine:
     """One model instance: KV cache of n_ctx positions, batches of up to n_batch tokens."""
 
@@ -124,25 +161,7 @@ class Engine:
         self.n_ctx = int(n_ctx)
         self.n_batch = int(min(n_batch, n_ctx))
         self.kv_type = kv_type
-        keep: list[Any] = []
-        layers = ffi.new("el_layer[]", len(desc.layers))
-        for i, L in enumerate(desc.layers):
-            c = layers[i]
-            for name in ("attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "q_norm", "k_norm",
-                         "attn_post_norm", "ffn_norm", "w_gate", "w_up", "w_down", "ffn_post_norm"):
-                _fill_tensor(getattr(c, name), getattr(L, name), keep)
-            c.rope_base = L.rope_base
-            c.rope_scale = L.rope_scale
-            c.window = L.window
-        d = ffi.new("el_model_desc *")
-        d.arch, d.act, d.rope_neox = desc.arch, desc.act, int(desc.rope_neox)
-        d.n_layer, d.n_embd, d.n_head, d.n_head_kv = desc.n_layer, desc.n_embd, desc.n_head, desc.n_head_kv
-        d.head_dim, d.n_rot, d.n_ff, d.n_vocab = desc.head_dim, desc.n_rot, desc.n_ff, desc.n_vocab
-        d.norm_eps, d.emb_scale, d.attn_scale = desc.norm_eps, desc.emb_scale, desc.attn_scale
-        _fill_tensor(d.tok_embd, desc.tok_embd, keep)
-        _fill_tensor(d.output_norm, desc.output_norm, keep)
-        _fill_tensor(d.output, desc.output, keep)
-        d.layers = layers
+        d, keep = _c_desc(desc)
         out = ffi.new("el_model **")
         status = lib.el_model_create(d, pool.ptr, self.n_ctx, self.n_batch, KV_TYPES[kv_type], out)
         if status != 0:
@@ -174,6 +193,21 @@ class Engine:
 
     def truncate(self, pos: int) -> None:
         check(lib.el_model_truncate(self._ptr, int(pos)), f"rewinding the KV cache to {pos}")
+
+    def shift(self, n_keep: int, n_discard: int) -> None:
+        """Drops cached positions [n_keep, n_keep + n_discard); later ones move down, keys re-rotated."""
+        check(lib.el_model_shift(self._ptr, int(n_keep), int(n_discard)),
+              f"shifting the KV cache (keep {n_keep}, discard {n_discard})")
+
+    def state(self) -> bytes:
+        size = int(lib.el_model_state_size(self._ptr))
+        buf = bytearray(size)
+        check(lib.el_model_state_save(self._ptr, ffi.from_buffer(buf), size), "saving the KV cache")
+        return bytes(buf)
+
+    def load_state(self, blob: bytes) -> None:
+        check(lib.el_model_state_load(self._ptr, ffi.from_buffer(blob), len(blob)),
+              "restoring the KV cache (the session does not fit this model, context, batch or cache type)")
 
     def close(self) -> None:
         if getattr(self, "_ptr", None) is not None:

@@ -9,6 +9,7 @@ Errors: every problem with the file, including a missing path, a directory or an
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import stat
@@ -25,7 +26,7 @@ import numpy.typing as npt
 from edgellama.ggml_types import TYPE_SIZES, type_name
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    from typing import Self
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -420,7 +421,7 @@ class GGUFFile:
             self._by_name[name] = t
         # Sorted by data offset (file order breaks ties), each tensor must end before the next begins.
         ordered = sorted(zip(self.tensors, (i[1] for i in infos)), key=lambda ti: ti[0].offset)
-        for (a, _), (b, b_pos) in zip(ordered, ordered[1:]):
+        for (a, _), (b, b_pos) in itertools.pairwise(ordered):
             if b.offset < a.offset + a.n_bytes:
                 raise p.fail(
                     f"tensor {b.name!r} data at {b.offset} overlaps tensor {a.name!r} "

@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Self
 
 import numpy as np
 import numpy.typing as npt
-from typing_extensions import Self
 
+from edgellama import session
 from edgellama._native import KernelError
 from edgellama.chat import chat_format_for
 from edgellama.engine import Engine, Pool
 from edgellama.gguf import GGUFFile
+from edgellama.memplan import MemoryPlan, choose_plan
 from edgellama.model import build_desc
 from edgellama.sampling import Sampler
 from edgellama.tokenizer import StreamDecoder, tokenizer_from_metadata
@@ -70,23 +71,36 @@ def default_threads() -> int:
 
 class LLM:
     def __init__(self, path: str | Path, n_ctx: int | None = None, n_batch: int = 512,
-                 n_threads: int | None = None, kv_type: str = "f16") -> None:
+                 n_threads: int | None = None, kv_type: str = "f16", mem_budget: int | None = None,
+                 n_keep: int = 0, context_shift: bool = True) -> None:
+        """n_ctx None: the largest context within mem_budget (up to the model's training context), or
+        min(training context, 4096) without a budget. Raises memplan.BudgetError, with the plan, when
+        the model does not fit; nothing large is allocated before that check."""
         t0 = time.perf_counter()
         self.path = Path(path)
         self.file = GGUFFile(self.path)
         try:
             self.hp, self.desc = build_desc(self.file)
+            threads = n_threads or default_threads()
+            train = self.hp.n_ctx_train or DEFAULT_CTX
+            ctx_max = train if mem_budget is not None else min(train, DEFAULT_CTX)
+            self.plan: MemoryPlan = choose_plan(self.desc, n_ctx if n_ctx and n_ctx > 0 else None, ctx_max,
+                                                n_batch, kv_type, threads, mem_budget)
+            self.n_ctx = self.plan.n_ctx
+            self.n_batch = self.plan.n_batch
+            if n_keep < 0 or n_keep >= self.n_ctx:
+                raise ValueError(f"--keep {n_keep} must be in 0..{self.n_ctx - 1}")
+            self.n_keep = n_keep
+            self.context_shift = context_shift
             self.tokenizer = tokenizer_from_metadata(self.file.metadata)
             self.chat = chat_format_for(self.file.metadata)
-            if n_ctx is None or n_ctx <= 0:
-                n_ctx = min(self.hp.n_ctx_train or DEFAULT_CTX, DEFAULT_CTX)
-            self.n_ctx = int(n_ctx)
-            self.n_batch = max(1, min(int(n_batch), self.n_ctx))
-            self.pool = Pool(n_threads or default_threads())
+            self.pool = Pool(threads)
             self.engine = Engine(self.desc, self.pool, self.n_ctx, self.n_batch, kv_type)
         except BaseException:
             self.file.close()
             raise
+        self.kv_type = kv_type
+        self.n_shifts = 0
         self.tokens: list[int] = []  # what the KV cache holds, position i = tokens[i]
         self.load_ms = (time.perf_counter() - t0) * 1000.0
 
@@ -109,18 +123,31 @@ class LLM:
         self.tokens = []
         self.engine.truncate(0)
 
+    def make_room(self, n_new: int) -> None:
+        """Context shift (streaming): when n_new more tokens do not fit, keep the first n_keep and drop
+        the oldest of the rest (half of them, as llama.cpp does, so shifts stay rare)."""
+        n_past = len(self.tokens)
+        if n_past + n_new <= self.n_ctx:
+            return
+        if not self.context_shift:
+            raise ContextFull(f"{n_past + n_new} tokens do not fit the context of {self.n_ctx} (-c)")
+        n_discard = max((n_past - self.n_keep) // 2, n_past + n_new - self.n_ctx)
+        if n_new > self.n_ctx - self.n_keep or self.n_keep + n_discard > n_past:
+            raise ContextFull(f"{n_new} new tokens do not fit the context of {self.n_ctx} with --keep {self.n_keep}")
+        self.engine.shift(self.n_keep, n_discard)
+        del self.tokens[self.n_keep:self.n_keep + n_discard]
+        self.n_shifts += 1
+
     def eval(self, tokens: list[int], all_logits: bool = False) -> npt.NDArray[np.float32]:
-        """Appends tokens to the cached sequence; logits of the last one (or of all, n x vocab)."""
+        """Appends tokens to the cached sequence (shifting the context when full, if enabled); logits
+        of the last one (or of all, n x vocab)."""
         if not tokens:
             raise ValueError("nothing to evaluate")
-        if len(self.tokens) + len(tokens) > self.n_ctx:
-            raise ContextFull(
-                f"{len(self.tokens) + len(tokens)} tokens do not fit the context of {self.n_ctx} (-c)"
-            )
         outs = []
         logits: npt.NDArray[np.float32] = np.empty(0, dtype=np.float32)
         for i in range(0, len(tokens), self.n_batch):
             chunk = tokens[i:i + self.n_batch]
+            self.make_room(len(chunk))
             logits = self.engine.eval(chunk, len(self.tokens), all_logits)
             self.tokens.extend(chunk)
             if all_logits:
@@ -174,7 +201,7 @@ class LLM:
                 reason = "stop"
                 break
             yield Event("token", tok, dec.push(tok))
-            if len(self.tokens) >= self.n_ctx:
+            if len(self.tokens) >= self.n_ctx and not self.context_shift:
                 reason = "context"
                 break
             logits = self.eval([tok])
@@ -182,3 +209,26 @@ class LLM:
         tm.gen_ms = (time.perf_counter() - t1) * 1000.0
         tail = dec.flush()
         yield Event("done", text=tail, stop_reason=reason, timings=tm)
+
+    # ---- session save / restore (prompt cache) ----
+    def _session_header(self) -> dict[str, object]:
+        return {"model": session.model_fingerprint(self.path, self.file.data_offset), "n_ctx": self.n_ctx,
+                "n_batch": self.n_batch, "kv_type": self.kv_type}
+
+    def save_session(self, path: str | Path) -> None:
+        """Writes the KV cache and the tokens it holds."""
+        header = dict(self._session_header(), tokens=list(self.tokens))
+        session.save(Path(path), header, self.engine.state())
+
+    def load_session(self, path: str | Path) -> list[int]:
+        """Restores a saved KV cache; returns the tokens it holds. Raises session.SessionError."""
+        tokens, blob = session.load(Path(path), self._session_header())
+        if len(tokens) > self.n_ctx or any(not 0 <= t < self.n_vocab for t in tokens):
+            raise session.SessionError(f"{path}: damaged session (tokens)")
+        try:
+            self.engine.load_state(blob)
+        except KernelError as exc:
+            self.reset()
+            raise session.SessionError(f"{path}: {exc}") from None
+        self.tokens = list(tokens)
+        return self.tokens

@@ -1,0 +1,229 @@
+/* kv_cache.c - the KV cache's operations: storing new entries, rewinding, the streaming shift
+ * (drop the oldest tokens after the first n_keep, re-rotate the keys that move) and the state
+ * blob behind session save/restore. None of these allocate. */
+#include <string.h>
+
+#include "attention.h"
+#include "model.h"
+#include "ops.h"
+#include "quants.h"
+
+size_t el_kv_slot_bytes(const el_model *m) {
+    return el_kv_row_bytes(m->kv_type, (size_t)m->d.head_dim) * (size_t)m->d.n_head_kv;
+}
+
+void el_kv_store(el_model *m, kv_layer *c, const float *k, const float *v, size_t n, int32_t pos0) {
+    const size_t kvd = (size_t)m->d.n_head_kv * (size_t)m->d.head_dim, slot = el_kv_slot_bytes(m);
+    const el_type_traits *tr = el_get_type_traits(m->kv_type);
+    for (size_t i = 0; i < n; i++) {
+        const int32_t p = pos0 + (int32_t)i;
+        int32_t s;
+        if (c->ring) {
+            s = c->head;
+            c->head = (c->head + 1) % c->n_slots;
+            if (c->n_used < c->n_slots) c->n_used++;
+        } else {
+            s = p; /* a global layer's slot is its position */
+            if (p + 1 > c->n_used) c->n_used = p + 1;
+        }
+        char *kd = (char *)c->k + (size_t)s * slot, *vd = (char *)c->v + (size_t)s * slot;
+        if (m->kv_type == EL_TYPE_F32) {
+            memcpy(kd, k + i * kvd, kvd * sizeof(float));
+            memcpy(vd, v + i * kvd, kvd * sizeof(float));
+        } else {
+            tr->from_float(k + i * kvd, kd, kvd);
+            tr->from_float(v + i * kvd, vd, kvd);
+        }
+        c->pos[s] = p;
+    }
+}
+
+int el_model_truncate(el_model *m, int32_t pos) {
+    if (!m || pos < 0) return EL_EINVAL;
+    int status = EL_OK;
+    for (int32_t il = 0; il < m->d.n_layer; il++) {
+        kv_layer *c = &m->kv[il];
+        int32_t removed = 0;
+        for (int32_t s = 0; s < c->n_used; s++)
+            if (c->pos[s] >= pos) {
+                c->pos[s] = -1;
+                removed++;
+            }
+        if (!c->ring) {
+            if (c->n_used > pos) c->n_used = pos;
+            continue;
+        }
+        /* the removed entries are the newest writes: hand their slots back */
+        c->head = ((c->head - removed) % c->n_slots + c->n_slots) % c->n_slots;
+        if (c->n_used < c->n_slots) c->n_used = c->head;
+        /* a ring that already overwrote keys the new end still needs cannot rewind that far */
+        const int32_t w = m->layers[il].window, lo = pos > w ? pos - w : 0;
+        int32_t present = 0;
+        for (int32_t s = 0; s < c->n_used; s++)
+            if (c->pos[s] >= lo && c->pos[s] < pos) present++;
+        if (present != pos - lo) status = EL_ECTX;
+    }
+    return status;
+}
+
+/* rotates the keys of one slot by delta positions (RoPE is additive in the angle) */
+static void rerotate(el_model *m, char *kslot, const float *cs) {
+    const size_t hd = (size_t)m->d.head_dim, row = el_kv_row_bytes(m->kv_type, hd);
+    const el_type_traits *tr = el_get_type_traits(m->kv_type);
+    float buf[EL_MAX_HEAD_DIM];
+    for (int32_t h = 0; h < m->d.n_head_kv; h++) {
+        char *r = kslot + (size_t)h * row;
+        if (m->kv_type == EL_TYPE_F32) {
+            el_rope_apply((float *)r, 1, hd, (size_t)m->d.n_rot, cs, m->d.rope_neox);
+        } else {
+            tr->to_float(r, buf, hd);
+            el_rope_apply(buf, 1, hd, (size_t)m->d.n_rot, cs, m->d.rope_neox);
+            tr->from_float(buf, r, hd);
+        }
+    }
+}
+
+int el_model_shift(el_model *m, int32_t n_keep, int32_t n_discard) {
+    if (!m || n_keep < 0 || n_discard <= 0) return EL_EINVAL;
+    /* the sequence length is what the global layers hold (every layer if all are windowed) */
+    int32_t n_past = -1;
+    for (int32_t il = 0; il < m->d.n_layer; il++)
+        if (!m->kv[il].ring) n_past = m->kv[il].n_used;
+    if (n_past < 0)
+        for (int32_t il = 0; il < m->d.n_layer; il++)
+            for (int32_t s = 0; s < m->kv[il].n_used; s++)
+                if (m->kv[il].pos[s] + 1 > n_past) n_past = m->kv[il].pos[s] + 1;
+    if ((int64_t)n_keep + n_discard > n_past) return EL_EINVAL;
+    const size_t slot = el_kv_slot_bytes(m);
+    float cs[EL_MAX_HEAD_DIM];
+    for (int32_t il = 0; il < m->d.n_layer; il++) {
+        kv_layer *c = &m->kv[il];
+        const el_layer *L = &m->layers[il];
+        el_rope_cache(cs, (size_t)m->d.n_rot, -n_discard, L->rope_base, L->rope_scale);
+        if (!c->ring) {
+            const int32_t from = n_keep + n_discard, n_move = c->n_used - from;
+            if (n_move > 0) {
+                memmove((char *)c->k + (size_t)n_keep * slot, (char *)c->k + (size_t)from * slot, (size_t)n_move * slot);
+                memmove((char *)c->v + (size_t)n_keep * slot, (char *)c->v + (size_t)from * slot, (size_t)n_move * slot);
+                for (int32_t s = n_keep; s < n_keep + n_move; s++) {
+                    rerotate(m, (char *)c->k + (size_t)s * slot, cs);
+                    c->pos[s] = s;
+                }
+            }
+            for (int32_t s = c->n_used - n_discard; s < c->n_used; s++)
+                if (s >= n_keep) c->pos[s] = -1;
+            c->n_used -= n_discard;
+            continue;
+        }
+        for (int32_t s = 0; s < c->n_used; s++) {
+            const int32_t p = c->pos[s];
+            if (p < n_keep) continue;
+            if (p < n_keep + n_discard) {
+                c->pos[s] = -1;
+            } else {
+                rerotate(m, (char *)c->k + (size_t)s * slot, cs);
+                c->pos[s] = p - n_discard;
+            }
+        }
+    }
+    return EL_OK;
+}
+
+/* ---- state blob: header, then per layer its bookkeeping and the used slots ---- */
+#define EL_STATE_MAGIC 0x564b4c45u /* "ELKV" */
+#define EL_STATE_VERSION 1u
+#define EL_STATE_HDR 8
+
+static size_t layer_bytes(const el_model *m, const kv_layer *c) {
+    return 4 * sizeof(int32_t) + (size_t)c->n_used * (sizeof(int32_t) + 2 * el_kv_slot_bytes(m));
+}
+
+size_t el_model_state_size(const el_model *m) {
+    if (!m) return 0;
+    size_t n = EL_STATE_HDR * sizeof(int32_t);
+    for (int32_t il = 0; il < m->d.n_layer; il++) n += layer_bytes(m, &m->kv[il]);
+    return n;
+}
+
+static void header(const el_model *m, int32_t h[EL_STATE_HDR]) {
+    h[0] = (int32_t)EL_STATE_MAGIC;
+    h[1] = (int32_t)EL_STATE_VERSION;
+    h[2] = m->d.n_layer;
+    h[3] = m->kv_type;
+    h[4] = m->d.head_dim;
+    h[5] = m->d.n_head_kv;
+    h[6] = m->n_ctx;
+    h[7] = m->n_batch;
+}
+
+int el_model_state_save(const el_model *m, void *buf, size_t size) {
+    if (!m || !buf || size != el_model_state_size(m)) return EL_EINVAL;
+    char *p = buf;
+    int32_t h[EL_STATE_HDR];
+    header(m, h);
+    memcpy(p, h, sizeof h);
+    p += sizeof h;
+    const size_t slot = el_kv_slot_bytes(m);
+    for (int32_t il = 0; il < m->d.n_layer; il++) {
+        const kv_layer *c = &m->kv[il];
+        const int32_t meta[4] = {c->n_slots, c->ring, c->head, c->n_used};
+        memcpy(p, meta, sizeof meta);
+        p += sizeof meta;
+        memcpy(p, c->pos, (size_t)c->n_used * sizeof(int32_t));
+        p += (size_t)c->n_used * sizeof(int32_t);
+        memcpy(p, c->k, (size_t)c->n_used * slot);
+        p += (size_t)c->n_used * slot;
+        memcpy(p, c->v, (size_t)c->n_used * slot);
+        p += (size_t)c->n_used * slot;
+    }
+    return EL_OK;
+}
+
+int el_model_state_load(el_model *m, const void *buf, size_t size) {
+    if (!m || !buf) return EL_EINVAL;
+    const char *p = buf, *end = p + size;
+    int32_t h[EL_STATE_HDR], want[EL_STATE_HDR];
+    if (size < sizeof h) return EL_EINVAL;
+    memcpy(h, p, sizeof h);
+    p += sizeof h;
+    header(m, want);
+    if (memcmp(h, want, sizeof h) != 0) return EL_EINVAL; /* another model, cache type or context */
+    const size_t slot = el_kv_slot_bytes(m);
+    /* validate the whole blob before touching the cache */
+    const char *q = p;
+    for (int32_t il = 0; il < m->d.n_layer; il++) {
+        const kv_layer *c = &m->kv[il];
+        int32_t meta[4];
+        if ((size_t)(end - q) < sizeof meta) return EL_EINVAL;
+        memcpy(meta, q, sizeof meta);
+        q += sizeof meta;
+        if (meta[0] != c->n_slots || meta[1] != c->ring || meta[2] < 0 || meta[2] >= c->n_slots || meta[3] < 0 ||
+            meta[3] > c->n_slots)
+            return EL_EINVAL;
+        const size_t need = (size_t)meta[3] * (sizeof(int32_t) + 2 * slot);
+        if ((size_t)(end - q) < need) return EL_EINVAL;
+        for (int32_t s = 0; s < meta[3]; s++) {
+            int32_t pos;
+            memcpy(&pos, q + (size_t)s * sizeof(int32_t), sizeof pos);
+            if (pos < -1 || pos >= m->n_ctx || (!c->ring && pos != -1 && pos != s)) return EL_EINVAL;
+        }
+        q += need;
+    }
+    if (q != end) return EL_EINVAL;
+    for (int32_t il = 0; il < m->d.n_layer; il++) {
+        kv_layer *c = &m->kv[il];
+        int32_t meta[4];
+        memcpy(meta, p, sizeof meta);
+        p += sizeof meta;
+        c->head = meta[2];
+        c->n_used = meta[3];
+        for (int32_t s = 0; s < c->n_slots; s++) c->pos[s] = -1;
+        memcpy(c->pos, p, (size_t)c->n_used * sizeof(int32_t));
+        p += (size_t)c->n_used * sizeof(int32_t);
+        memcpy(c->k, p, (size_t)c->n_used * slot);
+        p += (size_t)c->n_used * slot;
+        memcpy(c->v, p, (size_t)c->n_used * slot);
+        p += (size_t)c->n_used * slot;
+    }
+    return EL_OK;
+}

@@ -1,0 +1,208 @@
+/* model.c - validating a model description (its sizes come from a file), planning its memory and
+ * creating the handle: the KV cache and every scratch buffer are allocated here, once. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.h"
+#include "matmul.h"
+#include "model.h"
+#include "ops.h"
+
+int el_act_kind(int wtype) {
+    switch (el_vec_dot_type(wtype)) {
+    case EL_TYPE_Q8_0: return ACT_Q8_0;
+    case EL_TYPE_Q8_1: return ACT_Q8_1;
+    case EL_TYPE_Q8_K: return ACT_Q8_K;
+    default: return ACT_F32;
+    }
+}
+
+static int tensor_ok(const el_tensor *t, int64_t ne0, int64_t ne1, int need_matmul) {
+    if (!t->data) return 0;
+    if (t->ne0 != ne0 || t->ne1 != ne1 || ne0 <= 0 || ne1 <= 0) return 0;
+    const size_t rb = el_row_bytes(t->type, (size_t)ne0);
+    if (rb == 0 || (size_t)ne1 > SIZE_MAX / rb || t->nbytes != rb * (size_t)ne1) return 0;
+    if (need_matmul && el_act_bytes(t->type, (size_t)ne0, 1) == 0) return 0;
+    if (!need_matmul && t->type != EL_TYPE_F32) return 0; /* norms and biases are F32 */
+    return 1;
+}
+
+static int opt_ok(const el_tensor *t, int64_t ne0, int64_t ne1, int need_matmul) {
+    return !t->data || tensor_ok(t, ne0, ne1, need_matmul);
+}
+
+static int desc_ok(const el_model_desc *d) {
+    if (d->arch != EL_ARCH_LLAMA && d->arch != EL_ARCH_GEMMA3) return EL_EUNSUPPORTED;
+    if (d->n_layer <= 0 || d->n_embd <= 0 || d->n_head <= 0 || d->n_head_kv <= 0 || d->head_dim <= 0 ||
+        d->n_ff <= 0 || d->n_vocab <= 0 || d->n_head % d->n_head_kv || d->head_dim > EL_MAX_HEAD_DIM ||
+        d->n_rot <= 0 || d->n_rot > d->head_dim || d->n_rot % 2 || !d->layers)
+        return EL_EINVAL;
+    if (d->n_layer > 4096 || d->n_embd > (1 << 16) || d->n_ff > (1 << 18) || d->n_head > 1024) return EL_EINVAL;
+    const int64_t E = d->n_embd, Q = (int64_t)d->n_head * d->head_dim, KV = (int64_t)d->n_head_kv * d->head_dim;
+    if (!tensor_ok(&d->tok_embd, E, d->n_vocab, 1) || !tensor_ok(&d->output_norm, E, 1, 0)) return EL_EINVAL;
+    if (!opt_ok(&d->output, E, d->n_vocab, 1)) return EL_EINVAL;
+    for (int32_t il = 0; il < d->n_layer; il++) {
+        const el_layer *L = &d->layers[il];
+        if (!tensor_ok(&L->attn_norm, E, 1, 0) || !tensor_ok(&L->wq, E, Q, 1) || !tensor_ok(&L->wk, E, KV, 1) ||
+            !tensor_ok(&L->wv, E, KV, 1) || !tensor_ok(&L->wo, Q, E, 1) || !tensor_ok(&L->ffn_norm, E, 1, 0) ||
+            !tensor_ok(&L->w_gate, E, d->n_ff, 1) || !tensor_ok(&L->w_up, E, d->n_ff, 1) ||
+            !tensor_ok(&L->w_down, d->n_ff, E, 1))
+            return EL_EINVAL;
+        if (!opt_ok(&L->bq, Q, 1, 0) || !opt_ok(&L->bk, KV, 1, 0) || !opt_ok(&L->bv, KV, 1, 0) ||
+            !opt_ok(&L->q_norm, d->head_dim, 1, 0) || !opt_ok(&L->k_norm, d->head_dim, 1, 0) ||
+            !opt_ok(&L->attn_post_norm, E, 1, 0) || !opt_ok(&L->ffn_post_norm, E, 1, 0))
+            return EL_EINVAL;
+        if (L->window < 0 || !(L->rope_base > 0.0f) || !(L->rope_scale > 0.0f)) return EL_EINVAL;
+    }
+    return EL_OK;
+}
+
+int32_t el_kv_layer_slots(int32_t window, int32_t n_ctx, int32_t n_batch) {
+    /* a windowed layer needs its window plus the rest of a batch written before attention */
+    if (window > 0 && (int64_t)window + n_batch - 1 < n_ctx) return window + n_batch - 1;
+    return n_ctx;
+}
+
+static size_t max_act(const el_model_desc *d, int kind, size_t n_batch) {
+    /* the largest activation block any matmul of this kind consumes */
+    size_t best = 0;
+    const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
+    if (el_act_kind(out->type) == kind) best = el_act_bytes(out->type, (size_t)out->ne0, n_batch);
+    for (int32_t il = 0; il < d->n_layer; il++) {
+        const el_layer *L = &d->layers[il];
+        const el_tensor *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++)
+            if (el_act_kind(ws[i]->type) == kind) {
+                size_t b = el_act_bytes(ws[i]->type, (size_t)ws[i]->ne0, n_batch);
+                best = b > best ? b : best;
+            }
+    }
+    return best;
+}
+
+static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* The sizes behind el_model_plan and el_model_create: one computation, so the plan is the truth. */
+static void scratch_sizes(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, int n_threads,
+                          size_t sizes[EL_SCRATCH_BUFS + ACT_KINDS]) {
+    const size_t E = (size_t)d->n_embd, HD = (size_t)d->head_dim, B = (size_t)n_batch;
+    const size_t QD = (size_t)d->n_head * HD, KVD = (size_t)d->n_head_kv * HD, F = (size_t)d->n_ff;
+    int32_t max_slots = 0;
+    for (int32_t il = 0; il < d->n_layer; il++) {
+        int32_t s = el_kv_layer_slots(d->layers[il].window, n_ctx, n_batch);
+        max_slots = s > max_slots ? s : max_slots;
+    }
+    size_t i = 0;
+    sizes[i++] = B * E * 4;                     /* x */
+    sizes[i++] = B * E * 4;                     /* xn */
+    sizes[i++] = B * QD * 4;                    /* q */
+    sizes[i++] = B * KVD * 4;                   /* k */
+    sizes[i++] = B * KVD * 4;                   /* v */
+    sizes[i++] = B * QD * 4;                    /* att */
+    sizes[i++] = B * (E > QD ? E : QD) * 4;     /* o */
+    sizes[i++] = B * F * 4;                     /* g */
+    sizes[i++] = B * F * 4;                     /* u */
+    sizes[i++] = B * HD * 4;                    /* cs: rope cos/sin per token */
+    sizes[i++] = B * 4;                         /* q_pos */
+    sizes[i++] = el_attention_scratch_floats((size_t)max_slots, HD, n_threads) * 4;
+    for (int k = 0; k < ACT_KINDS; k++) sizes[i++] = max_act(d, k, B);
+}
+
+static int plan(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, int kv_type, int n_threads,
+                size_t *kv_bytes, size_t *scratch_bytes) {
+    if (!d || n_ctx <= 0 || n_batch <= 0 || n_batch > n_ctx || n_ctx > (1 << 24) || n_threads < 1) return EL_EINVAL;
+    if (kv_type != EL_TYPE_F16 && kv_type != EL_TYPE_Q8_0 && kv_type != EL_TYPE_F32) return EL_EUNSUPPORTED;
+    int st = desc_ok(d);
+    if (st != EL_OK) return st;
+    const size_t row = el_kv_row_bytes(kv_type, (size_t)d->head_dim);
+    if (row == 0) return EL_EINVAL;
+    size_t kv = 0;
+    for (int32_t il = 0; il < d->n_layer; il++)
+        kv += 2 * row * (size_t)d->n_head_kv * (size_t)el_kv_layer_slots(d->layers[il].window, n_ctx, n_batch) +
+              sizeof(int32_t) * (size_t)el_kv_layer_slots(d->layers[il].window, n_ctx, n_batch);
+    size_t sizes[EL_SCRATCH_BUFS + ACT_KINDS], total = 0;
+    scratch_sizes(d, n_ctx, n_batch, n_threads, sizes);
+    for (size_t i = 0; i < EL_SCRATCH_BUFS + ACT_KINDS; i++) total += round64(sizes[i]);
+    *kv_bytes = kv;
+    *scratch_bytes = total;
+    return EL_OK;
+}
+
+int el_model_plan(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int kv_type, int n_threads,
+                  size_t *kv_bytes, size_t *scratch_bytes) {
+    if (!kv_bytes || !scratch_bytes) return EL_EINVAL;
+    return plan(desc, n_ctx, n_batch, kv_type, n_threads, kv_bytes, scratch_bytes);
+}
+
+int el_model_create(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int32_t n_batch, int kv_type,
+                    el_model **out) {
+    if (!pool || !out) return EL_EINVAL;
+    size_t kv_total = 0, scratch_total = 0;
+    int st = plan(desc, n_ctx, n_batch, kv_type, el_pool_threads(pool), &kv_total, &scratch_total);
+    if (st != EL_OK) return st;
+    el_model *m = calloc(1, sizeof *m);
+    if (!m) return EL_ENOMEM;
+    m->d = *desc;
+    m->pool = pool;
+    m->n_ctx = n_ctx;
+    m->n_batch = n_batch;
+    m->kv_type = kv_type;
+    m->layers = calloc((size_t)desc->n_layer, sizeof *m->layers);
+    m->kv = calloc((size_t)desc->n_layer, sizeof *m->kv);
+    if (!m->layers || !m->kv) goto nomem;
+    memcpy(m->layers, desc->layers, (size_t)desc->n_layer * sizeof *m->layers);
+    m->d.layers = m->layers;
+
+    const size_t slot = el_kv_slot_bytes(m);
+    for (int32_t il = 0; il < desc->n_layer; il++) {
+        kv_layer *c = &m->kv[il];
+        c->n_slots = el_kv_layer_slots(m->layers[il].window, n_ctx, n_batch);
+        c->ring = c->n_slots < n_ctx;
+        c->k = malloc(slot * (size_t)c->n_slots);
+        c->v = malloc(slot * (size_t)c->n_slots);
+        c->pos = malloc(sizeof(int32_t) * (size_t)c->n_slots);
+        if (!c->k || !c->v || !c->pos) goto nomem;
+        for (int32_t s = 0; s < c->n_slots; s++) c->pos[s] = -1;
+        m->kv_bytes += 2 * slot * (size_t)c->n_slots + sizeof(int32_t) * (size_t)c->n_slots;
+    }
+
+    size_t sizes[EL_SCRATCH_BUFS + ACT_KINDS];
+    scratch_sizes(desc, n_ctx, n_batch, el_pool_threads(pool), sizes);
+    if (posix_memalign(&m->block, 64, scratch_total) != 0) {
+        m->block = NULL;
+        goto nomem;
+    }
+    m->scratch_bytes = scratch_total;
+    char *p = m->block;
+    void *bufs[EL_SCRATCH_BUFS + ACT_KINDS];
+    for (size_t i = 0; i < EL_SCRATCH_BUFS + ACT_KINDS; i++) {
+        bufs[i] = p;
+        p += round64(sizes[i]);
+    }
+    m->x = bufs[0]; m->xn = bufs[1]; m->q = bufs[2]; m->k = bufs[3]; m->v = bufs[4]; m->att = bufs[5];
+    m->o = bufs[6]; m->g = bufs[7]; m->u = bufs[8]; m->cs = bufs[9]; m->q_pos = bufs[10];
+    m->attn_scratch = bufs[11];
+    for (int k = 0; k < ACT_KINDS; k++) m->act[k] = bufs[EL_SCRATCH_BUFS + k];
+    *out = m;
+    return EL_OK;
+nomem:
+    el_model_free(m);
+    return EL_ENOMEM;
+}
+
+void el_model_free(el_model *m) {
+    if (!m) return;
+    if (m->kv)
+        for (int32_t il = 0; il < m->d.n_layer; il++) {
+            free(m->kv[il].k);
+            free(m->kv[il].v);
+            free(m->kv[il].pos);
+        }
+    free(m->kv);
+    free(m->layers);
+    free(m->block);
+    free(m);
+}
+
+size_t el_model_kv_bytes(const el_model *m) { return m ? m->kv_bytes : 0; }
+size_t el_model_scratch_bytes(const el_model *m) { return m ? m->scratch_bytes : 0; }

@@ -1,0 +1,133 @@
+"""The RAM plan: weights (mmapped, file-backed), KV cache, scratch and runtime overhead, computed
+before anything large is allocated; picks the largest context that fits a budget, or refuses.
+
+KV and scratch figures come from the C code that allocates them (el_model_plan), so they are exact;
+the overhead (interpreter, numpy, vocabulary tables) is an estimate calibrated on this runtime.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from edgellama.engine import ModelDesc, plan_bytes
+
+# Interpreter + numpy + cffi + the C library, measured at about 29 MiB; the vocabulary (metadata
+# strings and tokenizer tables) at about 250 bytes per token (Gemma 3: 262144 tokens, ~64 MiB).
+BASE_OVERHEAD = 32 << 20
+PER_TOKEN_OVERHEAD = 256
+MIN_CTX = 64
+
+
+class BudgetError(ValueError):
+    """The model, or the context asked for, does not fit the memory budget."""
+
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """'300M', '1.5G', '512MiB', '2GB', '1000000' -> bytes (binary multiples)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)(I?B)?\s*", text.upper())
+    if not m:
+        raise ValueError(f"cannot read memory size {text!r} (examples: 300M, 1.5G, 2048MiB)")
+    value = float(m.group(1)) * _UNITS[m.group(2)]
+    if value < 1:
+        raise ValueError(f"memory size {text!r} is too small")
+    return int(value)
+
+
+def fmt_bytes(n: int) -> str:
+    return f"{n / (1 << 20):8.1f} MiB"
+
+
+@dataclass
+class MemoryPlan:
+    n_ctx: int
+    n_batch: int
+    kv_type: str
+    n_threads: int
+    weights: int
+    kv_cache: int
+    scratch: int
+    logits: int
+    overhead: int
+    budget: int | None = None
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.scratch + self.logits + self.overhead
+
+    @property
+    def fits(self) -> bool:
+        return self.budget is None or self.total <= self.budget
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "n_ctx": self.n_ctx, "n_batch": self.n_batch, "kv_type": self.kv_type, "n_threads": self.n_threads,
+            "weights_bytes": self.weights, "kv_cache_bytes": self.kv_cache, "scratch_bytes": self.scratch,
+            "logits_bytes": self.logits, "overhead_bytes": self.overhead, "total_bytes": self.total,
+            "budget_bytes": self.budget, "fits": self.fits,
+        }
+
+    def table(self) -> str:
+        rows = [
+            ("weights (mmapped file, page cache)", self.weights),
+            (f"KV cache ({self.kv_type}, {self.n_ctx} positions)", self.kv_cache),
+            (f"scratch (batches of {self.n_batch})", self.scratch),
+            ("logits", self.logits),
+            ("runtime overhead (estimate)", self.overhead),
+            ("total", self.total),
+        ]
+        lines = [f"  {name:<40} {fmt_bytes(v)}" for name, v in rows]
+        if self.budget is not None:
+            verdict = "fits" if self.fits else "does NOT fit"
+            lines.append(f"  {'budget':<40} {fmt_bytes(self.budget)}  ({verdict})")
+        return "\n".join(lines)
+
+
+def weights_bytes(desc: ModelDesc) -> int:
+    ts = [desc.tok_embd, desc.output_norm, desc.output]
+    for L in desc.layers:
+        ts += [getattr(L, f) for f in ("attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "q_norm", "k_norm",
+                                       "attn_post_norm", "ffn_norm", "w_gate", "w_up", "w_down", "ffn_post_norm")]
+    return sum(int(t.data.nbytes) for t in ts if t is not None)
+
+
+def make_plan(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_threads: int,
+              budget: int | None = None) -> MemoryPlan:
+    n_batch = max(1, min(n_batch, n_ctx))
+    kv, scratch = plan_bytes(desc, n_ctx, n_batch, kv_type, n_threads)
+    return MemoryPlan(
+        n_ctx=n_ctx, n_batch=n_batch, kv_type=kv_type, n_threads=n_threads, weights=weights_bytes(desc),
+        kv_cache=kv, scratch=scratch, logits=desc.n_vocab * 4,
+        overhead=BASE_OVERHEAD + PER_TOKEN_OVERHEAD * desc.n_vocab, budget=budget,
+    )
+
+
+def choose_plan(desc: ModelDesc, n_ctx: int | None, n_ctx_max: int, n_batch: int, kv_type: str,
+                n_threads: int, budget: int | None) -> MemoryPlan:
+    """The plan for n_ctx, or (n_ctx None) for the largest context up to n_ctx_max within budget.
+    Raises BudgetError, with the plan in the message, when nothing fits."""
+    if n_ctx is not None:
+        p = make_plan(desc, n_ctx, n_batch, kv_type, n_threads, budget)
+        if not p.fits:
+            raise BudgetError(f"a context of {n_ctx} does not fit the memory budget:\n{p.table()}")
+        return p
+    hi = max(n_ctx_max, MIN_CTX)
+    p = make_plan(desc, hi, n_batch, kv_type, n_threads, budget)
+    if p.fits:
+        return p
+    lo_plan = make_plan(desc, MIN_CTX, n_batch, kv_type, n_threads, budget)
+    if not lo_plan.fits:
+        raise BudgetError(f"the model does not fit the memory budget even with a context of {MIN_CTX}:\n"
+                          f"{lo_plan.table()}")
+    lo = MIN_CTX  # fits; hi does not: bisect on the context (memory grows with it)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if make_plan(desc, mid, n_batch, kv_type, n_threads, budget).fits:
+            lo = mid
+        else:
+            hi = mid
+    return make_plan(desc, lo, n_batch, kv_type, n_threads, budget)
