@@ -1,0 +1,407 @@
+"""Tokenizers built from GGUF `tokenizer.*` metadata, giving the token ids llama.cpp gives.
+
+Covers SentencePiece-style (`llama`) and GPT-2 byte-level BPE (`gpt2`) vocabularies: special-token
+splitting, encoding, detokenization and streaming detokenization. Reads no files itself (the GGUF
+reader hands over the metadata dict) and knows nothing of models or sampling.
+
+llama.cpp's src/llama-vocab.cpp is the specification; the rules kept from it, by where they apply:
+- token attributes come from `tokenizer.ggml.token_type`, then tokens llama.cpp recognises by text
+  (end-of-turn and FIM markers) are forced to CONTROL and control tokens named "unused" get UNUSED;
+- before the model tokenizer runs, special tokens are cut out of the text, longest first
+  (tokenizer_st_partition): USER_DEFINED always, CONTROL and UNKNOWN only with parse_special;
+- SPM: spaces become U+2581, a space is prefixed to a fragment that starts the text or follows a
+  special token when add_space_prefix (llama.cpp's default true; Gemma 3 files store false);
+- BPE: pre-tokenizer split (pretokenize.py), byte-level encoding, merges by rank;
+- BOS/EOS are added per add_bos_token/add_eos_token when add_special is true.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from edgellama.pretokenize import PreTokenizer
+from edgellama.tokenizer_bpe import BPEMerger, byte_decode, parse_merges
+from edgellama.tokenizer_spm import spm_tokenize
+
+# llama_token_type values stored in GGUF, and llama_token_attr bits llama.cpp derives from them
+TYPE_UNDEFINED, TYPE_NORMAL, TYPE_UNKNOWN, TYPE_CONTROL, TYPE_USER_DEFINED, TYPE_UNUSED, TYPE_BYTE = range(7)
+ATTR_UNKNOWN = 1 << 0
+ATTR_UNUSED = 1 << 1
+ATTR_NORMAL = 1 << 2
+ATTR_CONTROL = 1 << 3
+ATTR_USER_DEFINED = 1 << 4
+ATTR_BYTE = 1 << 5
+_TYPE_TO_ATTR = np.array(
+    [0, ATTR_NORMAL, ATTR_UNKNOWN, ATTR_CONTROL, ATTR_USER_DEFINED, ATTR_UNUSED, ATTR_BYTE, 0]
+)
+
+SPACE_ESCAPE = "\u2581"  # SentencePiece's visible space
+
+# Texts llama.cpp treats as end of generation whatever their stored type (special_eog_ids).
+EOG_TEXTS = (
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[",
+)  # fmt: skip
+# End-of-turn candidates when tokenizer.ggml.eot_token_id is absent, and FIM tokens that end
+# generation; llama.cpp forces all of these to CONTROL.
+EOT_TEXTS = (
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>",
+    "_<EOT>", "[EOT]", "<\uff5cend\u2581of\u2581sentence\uff5c>", "<end_of_utterance>",
+)  # fmt: skip
+EOM_TEXTS = ("<|eom_id|>",)
+FIM_PAD_TEXTS = ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]")
+FIM_REP_TEXTS = ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>")
+FIM_SEP_TEXTS = ("<|file_sep|>",)
+# gpt-oss channel markers llama.cpp always renders (forced to USER_DEFINED)
+ALWAYS_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
+
+
+def _get(md: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    v = md.get(key, default)
+    return default if v is None else v
+
+
+class Tokenizer:
+    """Common part: vocabulary, attributes, special tokens, special-token splitting, detokenization."""
+
+    vocab_type = ""  # "spm" or "bpe"
+
+    def __init__(self, md: Mapping[str, Any], *, default_bos: int | None, default_eos: int | None,
+                 default_add_bos: bool, default_add_space_prefix: bool) -> None:  # fmt: skip
+        tokens = [str(t) for t in md["tokenizer.ggml.tokens"]]
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("tokenizer.ggml.tokens is empty")
+        for i, t in enumerate(tokens):
+            if not t:  # llama.cpp's placeholder for an empty entry
+                tokens[i] = f"[EMPTY_{i}]"
+        self.tokens = tokens
+        self.n_vocab = n
+        self.token_to_id: dict[str, int] = {t: i for i, t in enumerate(tokens)}
+        if len(self.token_to_id) != n:
+            seen: dict[str, int] = {}
+            for i, t in enumerate(tokens):
+                if t in seen:
+                    raise ValueError(f"duplicate token in vocabulary: {t!r} has ids {seen[t]} and {i}")
+                seen[t] = i
+
+        types = md.get("tokenizer.ggml.token_type")
+        if types is None:
+            attrs = np.full(n, ATTR_NORMAL, dtype=np.int64)
+        else:
+            tarr = np.asarray(types, dtype=np.int64)
+            if tarr.shape[0] < n:
+                raise ValueError(f"tokenizer.ggml.token_type has {tarr.shape[0]} entries for {n} tokens")
+            attrs = _TYPE_TO_ATTR[np.clip(tarr[:n], 0, 7)]
+        self._attrs: list[int] = attrs.tolist()
+
+        def key_id(key: str, default: int | None) -> int | None:
+            v = md.get(key)
+            if v is not None and 0 <= int(v) < n:
+                return int(v)
+            return default if default is not None and 0 <= default < n else None
+
+        self.bos_id: int | None = key_id("tokenizer.ggml.bos_token_id", default_bos)
+        self.eos_id: int | None = key_id("tokenizer.ggml.eos_token_id", default_eos)
+        self.unk_id: int | None = key_id("tokenizer.ggml.unknown_token_id", None)
+        self.add_bos = bool(_get(md, "tokenizer.ggml.add_bos_token", default_add_bos))
+        self.add_eos = bool(_get(md, "tokenizer.ggml.add_eos_token", False))
+        self.add_space_prefix = bool(_get(md, "tokenizer.ggml.add_space_prefix", default_add_space_prefix))
+        if self.add_bos and self.bos_id is None:
+            raise ValueError(
+                "tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set"
+            )
+        if self.add_eos and self.eos_id is None:
+            raise ValueError(
+                "tokenizer.ggml.add_eos_token is true, but tokenizer.ggml.eos_token_id is not set"
+            )
+
+        def key_or_text(key: str, texts: Sequence[str]) -> int | None:
+            tid = key_id(key, None)
+            return self._find_control(texts) if tid is None else tid
+
+        self.eot_id: int | None = key_or_text("tokenizer.ggml.eot_token_id", EOT_TEXTS)
+        eom = key_or_text("tokenizer.ggml.eom_token_id", EOM_TEXTS)
+        fim = [
+            key_or_text("tokenizer.ggml.fim_pad_token_id", FIM_PAD_TEXTS),
+            key_or_text("tokenizer.ggml.fim_rep_token_id", FIM_REP_TEXTS),
+            key_or_text("tokenizer.ggml.fim_sep_token_id", FIM_SEP_TEXTS),
+        ]
+        # control tokens whose name says "unused" are unused (Gemma's <unusedN>)
+        for i in np.nonzero(attrs & ATTR_CONTROL)[0].tolist():
+            if "unused" in tokens[i]:
+                self._attrs[i] |= ATTR_UNUSED
+        eog = {t for t in fim if t is not None}
+        for text in EOG_TEXTS:
+            tid = self.token_to_id.get(text)
+            if tid is not None:
+                eog.add(tid)
+                self._attrs[tid] |= ATTR_CONTROL
+        for text in ALWAYS_RENDERED:
+            tid = self.token_to_id.get(text)
+            if tid is not None:
+                self._attrs[tid] = ATTR_USER_DEFINED
+        eog.update(t for t in (self.eos_id, self.eot_id, eom) if t is not None)
+        self.eot_ids: set[int] = eog  # every id that ends generation (llama.cpp's special_eog_ids)
+
+        # special-token splitting order: longest (in UTF-8 bytes) first, as llama.cpp sorts them
+        special = [
+            i for i, a in enumerate(self._attrs) if a & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)
+        ]
+        special.sort(key=lambda i: -len(tokens[i].encode("utf-8", "surrogatepass")))
+        self._special_all = [(tokens[i], i) for i in special]
+        self._special_user = [
+            (tokens[i], i) for i in special if not self._attrs[i] & (ATTR_CONTROL | ATTR_UNKNOWN)
+        ]
+        self._piece_cache: dict[int, bytes] = {}
+
+    def _find_control(self, texts: Sequence[str]) -> int | None:
+        for text in texts:
+            tid = self.token_to_id.get(text)
+            if tid is not None:
+                self._attrs[tid] |= ATTR_CONTROL
+                return tid
+        return None
+
+    # ---- attributes and pieces -------------------------------------------------------------
+    def is_control(self, tid: int) -> bool:
+        return bool(self._attrs[tid] & ATTR_CONTROL)
+
+    def is_eog(self, tid: int) -> bool:
+        return tid in self.eot_ids
+
+    def is_user_defined(self, tid: int) -> bool:
+        return bool(self._attrs[tid] & ATTR_USER_DEFINED)
+
+    def is_byte(self, tid: int) -> bool:
+        return bool(self._attrs[tid] & ATTR_BYTE)
+
+    def token_to_piece(self, tid: int) -> str:
+        """The vocabulary string of a token (as stored: '▁' or byte-level characters included)."""
+        return self.tokens[tid]
+
+    def token_id(self, text: str) -> int | None:
+        """The id of the token whose vocabulary string is `text` (e.g. "<start_of_turn>"), if any."""
+        return self.token_to_id.get(text)
+
+    def token_bytes(self, tid: int) -> bytes:
+        """What the token stands for in detokenized text; control, unknown and unused tokens -> b""."""
+        if not 0 <= tid < self.n_vocab:
+            raise IndexError(f"token id {tid} out of range for a vocabulary of {self.n_vocab}")
+        b = self._piece_cache.get(tid)
+        if b is None:
+            b = self._piece_cache[tid] = self._compute_bytes(tid)
+        return b
+
+    def _compute_bytes(self, tid: int) -> bytes:
+        # llama.cpp's token_to_piece with special=false
+        attr = self._attrs[tid]
+        text = self.tokens[tid]
+        if attr & (ATTR_CONTROL | ATTR_UNKNOWN):
+            return b""
+        if attr & ATTR_USER_DEFINED:
+            return text.encode("utf-8", "surrogatepass")
+        if attr & ATTR_NORMAL:
+            return self._normal_bytes(text)
+        if attr & ATTR_BYTE:
+            return bytes([int(text[3:5], 16)])
+        return b""
+
+    def _normal_bytes(self, text: str) -> bytes:
+        raise NotImplementedError
+
+    def decode(self, ids: Sequence[int], strip_space_prefix: bool | None = None) -> str:
+        """Text of `ids`; invalid UTF-8 becomes U+FFFD.
+
+        With add_space_prefix (SPM vocabularies that prefix a space) the space that the first piece
+        starts with is dropped by default, so decode(encode(text)) == text; pass False to keep it
+        (e.g. for a continuation, or use StreamDecoder).
+        """
+        data = b"".join(self.token_bytes(int(t)) for t in ids)
+        if strip_space_prefix is None:
+            strip_space_prefix = self.add_space_prefix
+        if strip_space_prefix and data.startswith(b" "):
+            data = data[1:]
+        return data.decode("utf-8", "replace")
+
+    # ---- encoding --------------------------------------------------------------------------
+    def split_special(self, text: str, parse_special: bool) -> list[str | int]:
+        """Fragments of `text`: raw text (str) and special token ids (int), in order.
+
+        llama.cpp's tokenizer_st_partition: each special token in turn, longest first, is cut out of
+        every raw fragment left so far, leftmost occurrences first.
+        """
+        frags: list[tuple[int, int] | int] = [(0, len(text))]
+        specials = self._special_all if parse_special else self._special_user
+        for s, tid in specials:
+            if s not in text:  # cheap C-level filter: most special tokens never occur
+                continue
+            out: list[tuple[int, int] | int] = []
+            for f in frags:
+                if isinstance(f, int):
+                    out.append(f)
+                    continue
+                a, b = f
+                pos = text.find(s, a, b)
+                if pos < 0:
+                    out.append(f)
+                    continue
+                while pos >= 0:
+                    if pos > a:
+                        out.append((a, pos))
+                    out.append(tid)
+                    a = pos + len(s)
+                    pos = text.find(s, a, b)
+                if a < b:
+                    out.append((a, b))
+            frags = out
+        return [f if isinstance(f, int) else text[f[0] : f[1]] for f in frags]
+
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        """Token ids of `text`, as llama_tokenize(text, add_special, parse_special) gives them."""
+        frags = self.split_special(text, parse_special) if text else []
+        out: list[int] = []
+        if add_special and self.add_bos:
+            assert self.bos_id is not None
+            out.append(self.bos_id)
+        self._encode_fragments(frags, out)
+        if add_special and self.add_eos:
+            assert self.eos_id is not None
+            out.append(self.eos_id)
+        return out
+
+    def _encode_fragments(self, frags: list[str | int], out: list[int]) -> None:
+        raise NotImplementedError
+
+
+class SPMTokenizer(Tokenizer):
+    """`tokenizer.ggml.model = llama`: SentencePiece-style vocabulary with scores and <0xNN> bytes."""
+
+    vocab_type = "spm"
+
+    def __init__(self, md: Mapping[str, Any]) -> None:
+        super().__init__(
+            md, default_bos=1, default_eos=2, default_add_bos=True, default_add_space_prefix=True
+        )
+        scores = md.get("tokenizer.ggml.scores")
+        self.scores: list[float] = (
+            [0.0] * self.n_vocab
+            if scores is None
+            else np.asarray(scores, dtype=np.float32)[: self.n_vocab].tolist()
+        )
+        if len(self.scores) < self.n_vocab:
+            raise ValueError(
+                f"tokenizer.ggml.scores has {len(self.scores)} entries for {self.n_vocab} tokens"
+            )
+        # llama.cpp's byte_to_token: "<0xNN>", else the byte itself as a one-character token
+        self.byte_ids: list[int | None] = []
+        for b in range(256):
+            tid = self.token_to_id.get(f"<0x{b:02X}>")
+            if tid is None and b < 0x80:
+                tid = self.token_to_id.get(chr(b))
+            self.byte_ids.append(tid)
+
+    def _normal_bytes(self, text: str) -> bytes:
+        return text.replace(SPACE_ESCAPE, " ").encode("utf-8", "surrogatepass")
+
+    def _encode_fragments(self, frags: list[str | int], out: list[int]) -> None:
+        is_prev_special = True  # the first fragment gets the space prefix too
+        for f in frags:
+            if isinstance(f, int):
+                out.append(f)
+                is_prev_special = True
+                continue
+            if self.add_space_prefix and is_prev_special:
+                f = " " + f
+            out.extend(
+                spm_tokenize(f.replace(" ", SPACE_ESCAPE), self.token_to_id, self.scores, self.byte_ids)
+            )
+            is_prev_special = False
+
+
+class BPETokenizer(Tokenizer):
+    """`tokenizer.ggml.model = gpt2`: byte-level BPE with merges and a named pre-tokenizer."""
+
+    vocab_type = "bpe"
+
+    def __init__(self, md: Mapping[str, Any]) -> None:
+        pre_name = str(_get(md, "tokenizer.ggml.pre", "default"))
+        self.pre = PreTokenizer(pre_name)
+        super().__init__(md, default_bos=11, default_eos=11, default_add_bos=self.pre.spec.add_bos_default,
+                         default_add_space_prefix=False)  # fmt: skip
+        merges = md.get("tokenizer.ggml.merges")
+        if merges is None:
+            raise ValueError("cannot find tokenizer.ggml.merges for a gpt2 (BPE) vocabulary")
+        self.ranks = parse_merges([str(m) for m in merges])
+        self.merger = BPEMerger(self.token_to_id, self.ranks, ignore_merges=self.pre.spec.ignore_merges)
+
+    def _normal_bytes(self, text: str) -> bytes:
+        return byte_decode(text)
+
+    def _encode_fragments(self, frags: list[str | int], out: list[int]) -> None:
+        split, word_ids = self.pre.split, self.merger.word_ids
+        for f in frags:
+            if isinstance(f, int):
+                out.append(f)
+                continue
+            for word in split(f):
+                out.extend(word_ids(word))
+
+
+class StreamDecoder:
+    """Detokenizes one token at a time; text comes out only as complete UTF-8 characters.
+
+    Bytes of a character split across tokens (byte-fallback <0xNN> tokens, byte-level BPE pieces)
+    are held back until the character is complete; an impossible sequence becomes U+FFFD.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, strip_space_prefix: bool = False) -> None:
+        self.tokenizer = tokenizer
+        self._buf = b""
+        self._strip = strip_space_prefix  # drop the leading space of the first text (SPM prompt start)
+
+    def push(self, tid: int) -> str:
+        buf = self._buf + self.tokenizer.token_bytes(tid)
+        if self._strip and buf:
+            self._strip = False
+            if buf.startswith(b" "):
+                buf = buf[1:]
+        cut = _complete_prefix_len(buf)
+        self._buf = buf[cut:]
+        return buf[:cut].decode("utf-8", "replace")
+
+    def flush(self) -> str:
+        """Whatever is held back (an unfinished character decodes to U+FFFD); resets the decoder."""
+        buf, self._buf = self._buf, b""
+        return buf.decode("utf-8", "replace")
+
+
+def _complete_prefix_len(buf: bytes) -> int:
+    """Length of `buf` without a trailing, still incomplete UTF-8 sequence."""
+    n = len(buf)
+    for k in range(1, min(4, n) + 1):
+        c = buf[n - k]
+        if c & 0xC0 == 0x80:  # continuation byte: keep looking for the lead byte
+            continue
+        need = 2 if c >> 5 == 0b110 else 3 if c >> 4 == 0b1110 else 4 if c >> 3 == 0b11110 else 1
+        return n - k if need > k else n
+    return n
+
+
+def tokenizer_from_metadata(md: Mapping[str, Any]) -> Tokenizer:
+    """The tokenizer a GGUF file's metadata describes (keys `tokenizer.ggml.*`)."""
+    model = md.get("tokenizer.ggml.model")
+    if model is None:
+        raise ValueError("GGUF metadata has no tokenizer.ggml.model")
+    if "tokenizer.ggml.tokens" not in md:
+        raise ValueError("GGUF metadata has no tokenizer.ggml.tokens")
+    if model == "llama":
+        return SPMTokenizer(md)
+    if model == "gpt2":
+        return BPETokenizer(md)
+    raise ValueError(f"unsupported tokenizer model tokenizer.ggml.model = {model!r} (supported: llama, gpt2)")
