@@ -73,6 +73,17 @@ if __name__ == "__main__":
     ffibuilder.compile(tmpdir=str(ROOT / "build" / "cffi"), verbose="-v" in sys.argv)
     import glob
     import shutil
+    import tempfile
 
     for so in glob.glob(str(ROOT / "build" / "cffi" / "edgellama" / "_edgellama_c*.so")):
-        shutil.copy(so, ROOT / "edgellama")
+        # Copy to a temporary file next to the target, then rename: processes that have the old .so
+        # mapped keep their inode instead of seeing it rewritten under them (which crashed them).
+        dest = ROOT / "edgellama" / os.path.basename(so)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".so", dir=ROOT / "edgellama")
+        os.close(fd)
+        try:
+            shutil.copy(so, tmp)
+            os.replace(tmp, dest)
+        except BaseException:
+            os.unlink(tmp)
+            raise
