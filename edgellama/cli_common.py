@@ -24,7 +24,15 @@ def add_model_args(p: argparse.ArgumentParser, threads_list: bool = False) -> No
     else:
         p.add_argument("-t", "--threads", type=int, default=0, help="threads (default: the CPUs available)")
     p.add_argument("-b", "--batch-size", type=int, default=512, help="prompt tokens per forward pass")
-    p.add_argument("--cache-type", choices=("f16", "q8_0", "f32"), default="f16", help="KV cache format")
+    p.add_argument("--cache-type", choices=("f16", "q8_0", "f32"), default="f16",
+                   help="KV cache format (q8_0 halves it)")
+    p.add_argument("--mem-budget", metavar="SIZE", default=None,
+                   help="RAM budget, e.g. 300M or 1.5G: without -c, the largest context that fits; refuses a model "
+                        "that does not fit, showing the plan")
+    p.add_argument("--keep", type=int, default=0,
+                   help="tokens kept at the start when the context fills up and shifts (system prompt, sinks)")
+    p.add_argument("--no-context-shift", action="store_true",
+                   help="stop at a full context instead of dropping the oldest tokens")
 
 
 def model_path(args: argparse.Namespace) -> Path:
@@ -53,5 +61,11 @@ def load(args: argparse.Namespace):  # -> LLM (import kept lazy: `info` must sta
     from edgellama.llm import LLM
 
     check_model_args(args)
+    from edgellama.memplan import parse_size
+
+    budget = parse_size(args.mem_budget) if args.mem_budget else None
+    if args.keep < 0:
+        raise ValueError("--keep must be >= 0")
     return LLM(model_path(args), n_ctx=args.ctx_size or None, n_batch=args.batch_size,
-               n_threads=args.threads or None, kv_type=args.cache_type)
+               n_threads=args.threads or None, kv_type=args.cache_type, mem_budget=budget, n_keep=args.keep,
+               context_shift=not args.no_context_shift)

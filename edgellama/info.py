@@ -53,6 +53,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="verify the file against this sha256 (default: MODEL.sha256 beside the file, if present)",
     )
     p.add_argument("--system", action="store_true", help="also print the kernel ISA and CPU features")
+    g = p.add_argument_group("memory plan (--plan: what loading would take, without loading)")
+    g.add_argument("--plan", action="store_true", help="print the RAM plan: weights, KV cache, scratch, overhead")
+    g.add_argument("-c", "--ctx-size", type=int, default=0, help="context (default: the largest within the budget)")
+    g.add_argument("-b", "--batch-size", type=int, default=512)
+    g.add_argument("-t", "--threads", type=int, default=0)
+    g.add_argument("--cache-type", choices=("f16", "q8_0", "f32"), default="f16")
+    g.add_argument("--mem-budget", metavar="SIZE", help="e.g. 300M, 1.5G")
     p.set_defaults(func=run, handler=run)  # edgellama.cli dispatches on args.handler
     return p
 
@@ -280,6 +287,28 @@ def _model_path(arg: Path | None) -> Path:
         raise _Fail(str(exc), EXIT_NO_MODEL) from None
 
 
+def memory_plan(f: GGUFFile, args: argparse.Namespace) -> Any:
+    """The plan edgellama run would make, from the header alone (no weights are read)."""
+    from edgellama.llm import DEFAULT_CTX, default_threads
+    from edgellama.memplan import BudgetError, choose_plan, make_plan, parse_size
+    from edgellama.model import ModelError, build_desc
+
+    try:
+        budget = parse_size(args.mem_budget) if args.mem_budget else None
+        if args.ctx_size < 0 or args.batch_size < 1 or args.threads < 0:
+            raise ValueError("-c, -b and -t must be positive")
+        hp, desc = build_desc(f)
+        threads = args.threads or default_threads()
+        train = hp.n_ctx_train or DEFAULT_CTX
+        try:
+            return choose_plan(desc, args.ctx_size or None, train if budget else min(train, DEFAULT_CTX),
+                               args.batch_size, args.cache_type, threads, budget)
+        except BudgetError:
+            return make_plan(desc, args.ctx_size or 64, args.batch_size, args.cache_type, threads, budget)
+    except (ModelError, ValueError) as exc:
+        raise _Fail(str(exc), EXIT_BAD_MODEL) from None
+
+
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout
     try:
@@ -304,6 +333,15 @@ def run(args: argparse.Namespace) -> int:
                 out.write("\n")
             else:
                 report_text(f, out, args.tensors, args.full, sha)
+            if getattr(args, "plan", False):
+                plan = memory_plan(f, args)
+                if args.json:
+                    json.dump({"plan": plan.as_dict()}, out, indent=1)
+                    out.write("\n")
+                else:
+                    out.write(f"\nmemory plan (context {plan.n_ctx}):\n{plan.table()}\n")
+                if not plan.fits:
+                    raise _Fail("the model does not fit the memory budget with this context", EXIT_BAD_MODEL)
         out.flush()
     except _Fail as exc:
         print(f"edgellama info: {exc}", file=sys.stderr)

@@ -174,8 +174,8 @@ class LLM:
         return self.eval(prompt[len(self.tokens):])
 
     def generate(self, prompt: list[int], sampler: Sampler, n_predict: int = -1,
-                 stop_ids: set[int] | None = None, should_stop: Callable[[], bool] | None = None
-                 ) -> Iterator[Event]:
+                 stop_ids: set[int] | None = None, should_stop: Callable[[], bool] | None = None,
+                 on_prompt: Callable[[], None] | None = None) -> Iterator[Event]:
         """Yields a token event per generated token (text is complete UTF-8 only), then one done event."""
         tm = Timings(load_ms=self.load_ms)
         stops = set(stop_ids if stop_ids is not None else self.tokenizer.eot_ids)
@@ -184,6 +184,8 @@ class LLM:
         logits = self.prefill(prompt)
         tm.prompt_tokens = len(prompt) - min(n_cached, len(prompt) - 1) if n_cached else len(prompt)
         tm.prompt_ms = (time.perf_counter() - t0) * 1000.0
+        if on_prompt is not None:
+            on_prompt()  # e.g. save the prompt cache: the KV cache holds exactly the prompt now
         for t in prompt:
             sampler.accept(t)
         dec = StreamDecoder(self.tokenizer)

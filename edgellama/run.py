@@ -36,6 +36,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
     p.add_argument("--no-display-prompt", action="store_true", help="do not echo the prompt")
     p.add_argument("--special", action="store_true", help="parse special tokens written in the prompt text")
+    p.add_argument("--prompt-cache", metavar="FILE", default=None,
+                   help="reuse the KV cache saved in FILE when the prompt starts with its tokens; save it after "
+                        "the prompt is evaluated")
     p.set_defaults(handler=run)
 
 
@@ -85,6 +88,14 @@ def run(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
     llm = load(args)
     with llm:
+        if args.prompt_cache and Path(args.prompt_cache).exists():
+            from edgellama.session import SessionError
+
+            try:
+                n = len(llm.load_session(args.prompt_cache))
+                err.write(f"edgellama: prompt cache {args.prompt_cache}: {n} tokens restored\n")
+            except SessionError as exc:
+                err.write(f"edgellama: ignoring prompt cache: {exc}\n")
         sampler = Sampler(params, llm.n_ctx)
         tok = llm.tokenizer
         messages: list[dict[str, str]] = []
@@ -92,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
             messages.append({"role": "system", "content": args.system})
         transcript = ""  # raw-text interactive mode: the whole conversation so far
         first = True
+        first_turn_cache = True  # the prompt cache holds the first prompt only
         while True:
             if first and (text or not args.interactive):
                 user = text
@@ -117,8 +129,13 @@ def run(args: argparse.Namespace) -> int:
                 out.write(user)
                 out.flush()
             reply = ""
+            on_prompt = None
+            if args.prompt_cache and first_turn_cache:
+                def on_prompt() -> None:
+                    llm.save_session(args.prompt_cache)
+            first_turn_cache = False
             try:
-                for ev in llm.generate(ids, sampler, args.n_predict):
+                for ev in llm.generate(ids, sampler, args.n_predict, on_prompt=on_prompt):
                     if ev.kind == "token":
                         reply += ev.text
                         if args.json:

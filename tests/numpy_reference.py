@@ -1,0 +1,103 @@
+"""A float64 numpy forward pass (Gemma 3 and llama family) over dequantized weights: the independent
+reference that the C engine's logits are compared with. Slow and simple on purpose, no KV cache."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+from edgellama.engine import ACT_GELU, ModelDesc, TensorRef
+from edgellama.kernels import dequantize
+
+F64 = npt.NDArray[np.float64]
+
+
+def deq(t: TensorRef | None) -> F64 | None:
+    if t is None:
+        return None
+    w = dequantize(t.data, t.ggml_type, t.ne0 * t.ne1).astype(np.float64)
+    return w.reshape(t.ne1, t.ne0) if t.ne1 > 1 else w
+
+
+def rmsnorm(x: F64, w: F64 | None, eps: float) -> F64:
+    y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    return y * w if w is not None else y
+
+
+def rope(x: F64, pos: npt.NDArray[np.int64], n_rot: int, base: float, scale: float, neox: bool) -> F64:
+    # x: (T, H, D)
+    half = n_rot // 2
+    inv = base ** (-2.0 * np.arange(half) / n_rot)
+    ang = (pos[:, None] * scale) * inv[None, :]  # (T, half)
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    y = x.copy()
+    if neox:
+        a, b = x[..., :half], x[..., half:n_rot]
+        y[..., :half] = a * c - b * s
+        y[..., half:n_rot] = a * s + b * c
+    else:
+        a, b = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+        y[..., 0:n_rot:2] = a * c - b * s
+        y[..., 1:n_rot:2] = a * s + b * c
+    return y
+
+
+def gelu(x: F64) -> F64:
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * x * (1.0 + 0.044715 * x * x)))
+
+
+def forward(desc: ModelDesc, tokens: list[int], emb: F64 | None = None) -> F64:
+    """Logits (T x n_vocab) of every position of tokens evaluated from position 0."""
+    T = len(tokens)
+    H, KH, D = desc.n_head, desc.n_head_kv, desc.head_dim
+    if emb is None:
+        emb = deq(desc.tok_embd)
+    assert emb is not None
+    x = emb[tokens] * desc.emb_scale
+    pos = np.arange(T)
+    for L in desc.layers:
+        h = rmsnorm(x, deq(L.attn_norm), desc.norm_eps)
+        q = h @ deq(L.wq).T
+        k = h @ deq(L.wk).T
+        v = h @ deq(L.wv).T
+        for y, b in ((q, L.bq), (k, L.bk), (v, L.bv)):
+            if b is not None:
+                y += deq(b)
+        q = q.reshape(T, H, D)
+        k = k.reshape(T, KH, D)
+        v = v.reshape(T, KH, D)
+        if L.q_norm is not None:
+            q = rmsnorm(q, deq(L.q_norm), desc.norm_eps)
+        if L.k_norm is not None:
+            k = rmsnorm(k, deq(L.k_norm), desc.norm_eps)
+        q = rope(q, pos, desc.n_rot, L.rope_base, L.rope_scale, desc.rope_neox)
+        k = rope(k, pos, desc.n_rot, L.rope_base, L.rope_scale, desc.rope_neox)
+        g = H // KH
+        att = np.empty((T, H, D))
+        for hh in range(H):
+            s = (q[:, hh, :] @ k[:, hh // g, :].T) * desc.attn_scale  # (T, T)
+            mask = pos[None, :] > pos[:, None]
+            if L.window:
+                mask |= (pos[:, None] - pos[None, :]) >= L.window
+            s[mask] = -np.inf
+            s = np.exp(s - s.max(axis=1, keepdims=True))
+            s /= s.sum(axis=1, keepdims=True)
+            att[:, hh, :] = s @ v[:, hh // g, :]
+        o = att.reshape(T, H * D) @ deq(L.wo).T
+        if L.attn_post_norm is not None:
+            o = rmsnorm(o, deq(L.attn_post_norm), desc.norm_eps)
+        x = x + o
+        h = rmsnorm(x, deq(L.ffn_norm), desc.norm_eps)
+        gt = h @ deq(L.w_gate).T
+        up = h @ deq(L.w_up).T
+        a = gelu(gt) if desc.act == ACT_GELU else gt / (1.0 + np.exp(-gt))
+        d = (a * up) @ deq(L.w_down).T
+        if L.ffn_post_norm is not None:
+            d = rmsnorm(d, deq(L.ffn_post_norm), desc.norm_eps)
+        x = x + d
+    x = rmsnorm(x, deq(desc.output_norm), desc.norm_eps)
+    out = deq(desc.output) if desc.output is not None else emb
+    assert out is not None
+    return x @ out.T
