@@ -71,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
     with llm:
         n_ctx = llm.n_ctx
         t0 = time.perf_counter()
-        toks = llm.tokenizer.encode(text, add_special=True)
+        # no BOS in front of the text: each chunk's first token is replaced by BOS instead (the
+        # method of the llama.cpp reference figures), so chunks cut the text at the same places
+        toks = llm.tokenizer.encode(text, add_special=False)
         bos = args.bos_id if args.bos_id is not None else llm.tokenizer.bos_id
         n_chunks = len(toks) // n_ctx if args.chunks < 0 else min(args.chunks, len(toks) // n_ctx)
         print(f"edgellama: tokenized {len(toks)} tokens in {(time.perf_counter() - t0) * 1000:.0f} ms; "

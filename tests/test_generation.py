@@ -74,7 +74,7 @@ def _perplexity(llm: LLM, name: str) -> float:
     from edgellama.perplexity import perplexity
 
     text = (reference_dir() / "ppl-text.txt").read_text()
-    toks = llm.tokenizer.encode(text, add_special=True)
+    toks = llm.tokenizer.encode(text, add_special=False)
     ppl, _err, n, _ = perplexity(llm, toks, 512, llm.tokenizer.bos_id if llm.tokenizer.bos_id is not None else 1)
     want = load_reference("perplexity.json", MODELS[name])
     assert n == want["scored_tokens"]
