@@ -164,3 +164,18 @@ def test_bench_json_reports_both_tests(smollm2_path: Path) -> None:
     rows = json.loads(p.stdout)
     assert {(r["threads"], r["test"]) for r in rows} == {(1, "pp16"), (1, "tg4"), (2, "pp16"), (2, "tg4")}
     assert all(r["tok_s_mean"] > 0 and len(r["samples"]) == 2 for r in rows)
+
+
+def test_interactive_chat_reads_turns_from_stdin_until_eof(smollm2_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run(
+        [sys.executable, "-m", "edgellama.cli", "run", "-m", str(smollm2_path), "--chat", "-i", "--temp", "0",
+         "-n", "6", "-c", "256", "--json"],
+        input="What is 2+2?\nAnd 3+3?\n", capture_output=True, text=True, timeout=600, env=env, cwd=ROOT,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    events = [json.loads(line) for line in p.stdout.splitlines()]
+    prompts = [e for e in events if e["event"] == "prompt"]
+    assert len(prompts) == 2 and prompts[1]["n_tokens"] > prompts[0]["n_tokens"]  # the history grows
+    assert sum(e["event"] == "done" for e in events) == 2
