@@ -1,8 +1,11 @@
-"""Matvec throughput of the C kernels (GB/s of weight bytes streamed) beside this machine's read bandwidth.
+"""Matvec throughput of the C kernels (GB/s of weight bytes streamed) beside this machine's read bandwidth,
+and with --batch N the prefill case: N activation rows per matmul, in activation rows (tokens) per second.
 
-A benchmark, not a test: run it on a quiet machine (`uptime`); it times, it does not check numbers.
+A benchmark, not a test: run it on a quiet machine (`uptime`); it times, it does not check numbers. On a
+loaded one, --cpu-time reports work per CPU second (process time, all threads) instead of wall time.
 
-    python bench/kernels.py [--isa scalar|avx2|...] [--types Q8_0,Q5_0] [--threads 1,2] [--repeat 3]
+    python bench/kernels.py [--isa scalar|avx2|avx512|...] [--types Q8_0,Q5_0] [--threads 1,2] [--repeat 3]
+    python bench/kernels.py --batch 128 --types Q5_0,Q8_0,Q4_K,Q6_K,Q4_1 --shapes 2048x640,640x2048
 """
 
 from __future__ import annotations
@@ -137,29 +140,31 @@ def random_weights(wtype: int, rows: int, cols: int, rng: np.random.Generator) -
 class Matvec:
     """el_matmul with prebuilt cffi buffers, so the timing holds as little Python as possible."""
 
-    def __init__(self, w: npt.NDArray[np.uint8], wtype: int, rows: int, cols: int, pool: Pool) -> None:
-        self.w, self.wtype, self.rows, self.cols, self.pool = w, wtype, rows, cols, pool
-        self.x = np.random.default_rng(1).standard_normal(cols, dtype=np.float32)
-        self.y = np.empty(rows, dtype=np.float32)
+    def __init__(self, w: npt.NDArray[np.uint8], wtype: int, rows: int, cols: int, pool: Pool, n_vec: int = 1) -> None:
+        self.w, self.wtype, self.rows, self.cols, self.pool, self.n_vec = w, wtype, rows, cols, pool, n_vec
+        self.x = np.random.default_rng(1).standard_normal(cols * n_vec, dtype=np.float32)
+        self.y = np.empty(rows * n_vec, dtype=np.float32)
         self.wb = ffi.from_buffer(w)
         self.xb = ffi.from_buffer("float[]", self.x)
         self.yb = ffi.from_buffer("float[]", self.y)
 
     def __call__(self) -> None:
         st = lib.el_matmul(self.pool.ptr, self.wtype, self.wb, self.w.size, self.rows, self.cols,
-                           self.xb, 1, self.yb)
+                           self.xb, self.n_vec, self.yb)
         if st != 0:
             raise RuntimeError(f"el_matmul failed: {st}")
 
 
-def time_gbs(fn: Callable[[], None], nbytes: int, min_time: float) -> float:
+def time_gbs(fn: Callable[[], None], nbytes: int, min_time: float, cpu_time: bool = False) -> float:
+    """nbytes (or any unit of work) per second of wall time, or per CPU second of this process."""
+    clock = time.process_time if cpu_time else time.perf_counter
     fn()  # warm: pool workers awake, scratch allocated
     iters = 1
     while True:
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(iters):
             fn()
-        dt = time.perf_counter() - t0
+        dt = clock() - t0
         if dt >= min_time:
             return nbytes * iters / dt / 1e9
         iters = max(iters * 2, int(iters * min_time / max(dt, 1e-9)) + 1)
@@ -174,7 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-time", type=float, default=0.25, help="seconds per timed sample")
     ap.add_argument("--bw-mb", type=int, default=1024, help="size of the read-bandwidth array in MB")
     ap.add_argument("--shapes", default=None, help="override shapes, e.g. 262144x640 (rows x cols)")
+    ap.add_argument("--batch", type=int, default=1,
+                    help="activation rows per matmul (prefill: 128); > 1 prints activation rows per second")
+    ap.add_argument("--cpu-time", action="store_true", help="per CPU second of the process (a loaded machine)")
     args = ap.parse_args(argv)
+    if args.batch > 1:
+        return main_batch(args)
 
     if args.isa is not None:
         kernels.set_isa(args.isa)
@@ -208,11 +218,53 @@ def main(argv: list[str] | None = None) -> int:
                 figs: list[float] = []
                 for t in threads:
                     mv = Matvec(w, wtype, rows, c, pools[t])
-                    figs.append(statistics.median(time_gbs(mv, w.size, args.min_time) for _ in range(args.repeat)))
+                    figs.append(statistics.median(time_gbs(mv, w.size, args.min_time, args.cpu_time)
+                                                  for _ in range(args.repeat)))
                 line = f"{name:6} {f'{rows}x{c}':>14} {w.size / 1e6:7.1f} " + " ".join(f"{g:11.2f}" for g in figs)
                 line += " " + " ".join(f"{g / bw[t]:8.0%}" for g, t in zip(figs, threads))
                 print(line, flush=True)
                 del w
+    finally:
+        for p in pools.values():
+            p.close()
+        kernels.set_isa(None)
+    return 0
+
+
+def main_batch(args: argparse.Namespace) -> int:
+    """Prefill: n_vec = --batch rows through each matrix; activation rows (tokens) per second."""
+    if args.isa is not None:
+        kernels.set_isa(args.isa)
+    threads = [int(t) for t in args.threads.split(",")]
+    shapes = [(2048, 640), (640, 2048), (1024, 640)] if args.shapes is None else [
+        (int(r), int(c)) for r, c in (s.split("x") for s in args.shapes.split(","))]
+    types = args.types if args.types != DEFAULT_TYPES else "Q5_0,Q8_0,Q4_K,Q6_K,Q4_1"
+    try:
+        load = os.getloadavg()
+        print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (shared machine: figures need it low)")
+    except OSError:
+        pass
+    unit = "per CPU s" if args.cpu_time else "per s"
+    print(f"isa {kernels.isa()}  batch {args.batch}  repeats {args.repeat} (median), rows x n_vec {unit}")
+    rng = np.random.default_rng(0)
+    pools = {t: Pool(t) for t in threads}
+    print(f"{'type':6} {'rows x cols':>14} " + " ".join(f"{f'{t} thr tok/s':>12} {'Gdot/s':>7}" for t in threads))
+    try:
+        for name in types.split(","):
+            wtype = int(GGMLType[name.strip().upper()])
+            bs = TYPE_SIZES[wtype].block_size
+            for rows, cols in shapes:
+                c = -(-cols // bs) * bs
+                w = random_weights(wtype, rows, c, rng)
+                cells = []
+                for t in threads:
+                    mm = Matvec(w, wtype, rows, c, pools[t], args.batch)
+                    # time_gbs counts its work unit in 1e9: a unit of 1e9 makes it calls per second
+                    calls = statistics.median(time_gbs(mm, 10**9, args.min_time, args.cpu_time)
+                                              for _ in range(args.repeat))
+                    # tokens/s through this one matrix, and row dot products (of c values) per second
+                    cells.append(f"{calls * args.batch:12.0f} {calls * args.batch * rows / 1e9:7.3f}")
+                print(f"{name:6} {f'{rows}x{c}':>14} " + " ".join(cells), flush=True)
     finally:
         for p in pools.values():
             p.close()

@@ -1,5 +1,5 @@
 /* dispatch.c - CPU feature detection (cpuid / getauxval) and the choice of kernels.
- * EDGELLAMA_ISA=scalar|avx2|neon|neon-dotprod overrides the automatic choice. */
+ * EDGELLAMA_ISA=scalar|avx2|avx512|neon|neon-dotprod overrides the automatic choice. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,23 +26,28 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static char g_features[256];
 
-typedef struct { int avx2, fma, f16c, neon, dotprod; } cpu_caps;
+typedef struct { int avx2, fma, f16c, avx512, neon, dotprod; } cpu_caps;
 
 static cpu_caps detect(void) {
-    cpu_caps c = {0, 0, 0, 0, 0};
+    cpu_caps c = {0, 0, 0, 0, 0, 0};
 #ifdef EL_X86
     unsigned a, b, cx, d;
     if (__get_cpuid(1, &a, &b, &cx, &d)) {
         const int osxsave = (cx >> 27) & 1;
-        int ymm_ok = 0;
+        int ymm_ok = 0, zmm_ok = 0;
         if (osxsave) {
             unsigned lo, hi;
             __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-            ymm_ok = (lo & 6u) == 6u; /* OS saves xmm and ymm state */
+            ymm_ok = (lo & 6u) == 6u;       /* OS saves xmm and ymm state */
+            zmm_ok = (lo & 0xe6u) == 0xe6u; /* ... and opmask, zmm0-15 upper halves, zmm16-31 */
         }
         c.fma = ymm_ok && ((cx >> 12) & 1);
         c.f16c = ymm_ok && ((cx >> 29) & 1);
-        if (ymm_ok && __get_cpuid_count(7, 0, &a, &b, &cx, &d)) c.avx2 = (b >> 5) & 1;
+        if (ymm_ok && __get_cpuid_count(7, 0, &a, &b, &cx, &d)) {
+            c.avx2 = (b >> 5) & 1;
+            /* avx512f (b16), avx512bw (b30), avx512vl (b31), avx512_vnni (ecx bit 11) */
+            c.avx512 = zmm_ok && ((b >> 16) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1) && ((cx >> 11) & 1);
+        }
     }
 #endif
 #if defined(__aarch64__)
@@ -57,6 +62,7 @@ static int isa_ok(const cpu_caps *c, const char *name) {
     if (strcmp(name, "scalar") == 0) return 1;
 #ifdef EL_X86
     if (strcmp(name, "avx2") == 0) return c->avx2 && c->fma && c->f16c;
+    if (strcmp(name, "avx512") == 0) return c->avx2 && c->fma && c->f16c && c->avx512;
 #endif
 #if defined(__aarch64__)
     if (strcmp(name, "neon") == 0) return c->neon;
@@ -71,6 +77,10 @@ static void fill(el_kernels *k, const char *name) {
     el_kernels_fill_scalar(k);
 #ifdef EL_X86
     if (strcmp(name, "avx2") == 0) el_kernels_fill_avx2(k);
+    if (strcmp(name, "avx512") == 0) {
+        el_kernels_fill_avx2(k); /* the types avx512 does not accelerate keep their AVX2 entries */
+        el_kernels_fill_avx512(k);
+    }
 #endif
 #if defined(__aarch64__)
     if (strcmp(name, "neon") == 0) el_kernels_fill_neon(k, 0);
@@ -79,7 +89,7 @@ static void fill(el_kernels *k, const char *name) {
 }
 
 static const char *best_isa(const cpu_caps *c) {
-    static const char *order[] = {"neon-dotprod", "neon", "avx2", "scalar"};
+    static const char *order[] = {"neon-dotprod", "neon", "avx512", "avx2", "scalar"};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
         if (isa_ok(c, order[i])) return order[i];
     return "scalar";
@@ -87,8 +97,8 @@ static const char *best_isa(const cpu_caps *c) {
 
 static void init_once(void) {
     cpu_caps c = detect();
-    snprintf(g_features, sizeof g_features, "%s%s%s%s%s", c.avx2 ? "avx2 " : "", c.fma ? "fma " : "",
-             c.f16c ? "f16c " : "", c.neon ? "neon " : "", c.dotprod ? "dotprod " : "");
+    snprintf(g_features, sizeof g_features, "%s%s%s%s%s%s", c.avx2 ? "avx2 " : "", c.fma ? "fma " : "",
+             c.f16c ? "f16c " : "", c.avx512 ? "avx512vnni " : "", c.neon ? "neon " : "", c.dotprod ? "dotprod " : "");
     size_t len = strlen(g_features);
     if (len && g_features[len - 1] == ' ') g_features[len - 1] = 0;
     const char *want = getenv("EDGELLAMA_ISA");
@@ -166,6 +176,7 @@ void el_kernels_fill_scalar(el_kernels *k) {
 /* Builds without an ISA's file still link: the filler is a no-op there. */
 #if !defined(EL_X86)
 void el_kernels_fill_avx2(el_kernels *k) { (void)k; }
+void el_kernels_fill_avx512(el_kernels *k) { (void)k; }
 #endif
 #if !defined(__aarch64__)
 void el_kernels_fill_neon(el_kernels *k, int dotprod) { (void)k; (void)dotprod; }

@@ -5,6 +5,14 @@
 
 #include "quants.h"
 
+/* Multi-vector dot for batches: out[j] = w . (a + j * a_stride) for j < nv, 1 <= nv <= EL_NV_MAX.
+ * The weight row is unpacked once for all nv activation rows. Contract: every out[j] has the very
+ * bits vec_dot of the same table gives for that activation row (same per-output operations in the
+ * same order), so a batched prompt yields the logits of token-by-token evaluation. NULL = matmul
+ * loops over vec_dot. An ISA that replaces a type's vec_dot must replace (or clear) its vec_dot_nv. */
+#define EL_NV_MAX 4
+typedef void (*el_vec_dot_nv_fn)(size_t n, const void *w, const void *a, size_t a_stride, size_t nv, float *out);
+
 typedef struct el_kernels {
     const char *name;
     el_vec_dot_fn vec_dot[EL_TYPE_COUNT];          /* by weight type */
@@ -13,6 +21,8 @@ typedef struct el_kernels {
     float (*dot_f32_f16)(size_t n, const float *a, const el_half *b);
     void (*axpy_f16)(size_t n, float alpha, const el_half *x, float *y); /* y += alpha * x */
     void (*axpy_f32)(size_t n, float alpha, const float *x, float *y);
+    el_vec_dot_nv_fn vec_dot_nv[EL_TYPE_COUNT];    /* by weight type; after the fields above so
+                                                      tests/test_simd.py's mirror of the prefix holds */
 } el_kernels;
 
 /* The active table (initialised on first use, best ISA unless EDGELLAMA_ISA says otherwise). */
@@ -21,6 +31,7 @@ const el_kernels *el_kern(void);
 /* Fillers: scalar sets every entry; the others override what they implement. */
 void el_kernels_fill_scalar(el_kernels *k);
 void el_kernels_fill_avx2(el_kernels *k);               /* x86-64 builds only */
+void el_kernels_fill_avx512(el_kernels *k);             /* x86-64 only; on top of the avx2 table */
 void el_kernels_fill_neon(el_kernels *k, int dotprod);  /* aarch64 builds only */
 
 /* scalar float helpers, also the references for the SIMD versions */

@@ -1,5 +1,6 @@
-/* matmul.c - Y = W X over the thread pool. Rows are split in contiguous ranges per thread, and
- * each output is one vec_dot call, so 1, 2, 3 or 4 threads give bit-identical results. */
+/* matmul.c - Y = W X over the thread pool. Blocks of rows (and of activation rows) are handed out
+ * from the pool's counter, and each output is one vec_dot call or a vec_dot_nv lane with the same
+ * bits, so 1, 2, 3 or 4 threads and batch or token-by-token give bit-identical results. */
 #include <string.h>
 
 #include "matmul.h"
@@ -14,30 +15,31 @@ size_t el_act_bytes(int wtype, size_t cols, size_t n_vec) {
 }
 
 typedef struct {
-    int wtype;
     const float *x;
-    size_t cols, n_vec, act_row;
+    size_t cols, n_vec, act_row, bpr, blk_vals, blk_bytes, blk_per_item;
     void *act;
     el_from_float_fn quant;
 } quant_task;
 
-static void quant_run(void *p, int ith, int nth) {
+/* an item is a run of blocks of the flattened rows, so one long vector also uses every thread */
+static void quant_item(void *p, size_t item, size_t n_items) {
     const quant_task *t = p;
-    /* split the blocks of all rows so one long vector also uses every thread */
-    const el_type_traits *ta = el_get_type_traits(el_get_type_traits(t->wtype)->vec_dot_type);
-    const size_t bpr = t->cols / ta->blck_size, nblk = bpr * t->n_vec;
-    size_t b0, b1;
-    el_split(nblk, ith, nth, &b0, &b1);
+    const size_t nblk = t->bpr * t->n_vec;
+    size_t b0 = item * t->blk_per_item, b1 = b0 + t->blk_per_item;
+    if (b1 > nblk || item + 1 == n_items) b1 = nblk;
     /* chunks never straddle a row */
     while (b0 < b1) {
-        const size_t v = b0 / bpr, in_row = b0 % bpr;
-        size_t cnt = bpr - in_row;
+        const size_t v = b0 / t->bpr, in_row = b0 % t->bpr;
+        size_t cnt = t->bpr - in_row;
         if (cnt > b1 - b0) cnt = b1 - b0;
-        t->quant(t->x + v * t->cols + in_row * ta->blck_size,
-                 (char *)t->act + v * t->act_row + in_row * ta->type_size, cnt * ta->blck_size);
+        t->quant(t->x + v * t->cols + in_row * t->blk_vals, (char *)t->act + v * t->act_row + in_row * t->blk_bytes,
+                 cnt * t->blk_vals);
         b0 += cnt;
     }
 }
+
+/* blocks per quantization item: big enough that the counter is noise, small enough to balance */
+#define QUANT_ITEM_BLOCKS 64
 
 void el_quantize_act(el_pool *pool, int wtype, const float *x, size_t cols, size_t n_vec, void *act) {
     const el_type_traits *tw = el_get_type_traits(wtype);
@@ -45,47 +47,81 @@ void el_quantize_act(el_pool *pool, int wtype, const float *x, size_t cols, size
         if (act != (const void *)x) memcpy(act, x, cols * n_vec * sizeof(float));
         return;
     }
-    quant_task t = {wtype, x, cols, n_vec, el_act_bytes(wtype, cols, 1), act,
-                    el_kern()->quantize_act[tw->vec_dot_type]};
-    if (cols * n_vec < 4096) quant_run(&t, 0, 1); /* not worth waking the workers */
-    else el_pool_run(pool, quant_run, &t);
+    const el_type_traits *ta = el_get_type_traits(tw->vec_dot_type);
+    const size_t bpr = cols / ta->blck_size;
+    quant_task t = {x, cols, n_vec, el_act_bytes(wtype, cols, 1), bpr, ta->blck_size, ta->type_size,
+                    QUANT_ITEM_BLOCKS, act, el_kern()->quantize_act[tw->vec_dot_type]};
+    const size_t nblk = bpr * n_vec, n_items = (nblk + QUANT_ITEM_BLOCKS - 1) / QUANT_ITEM_BLOCKS;
+    if (!pool || cols * n_vec < 4096) quant_item(&t, 0, 1); /* not worth waking the workers */
+    else el_pool_for(pool, n_items, quant_item, &t);
 }
 
 typedef struct {
     el_vec_dot_fn dot;
+    el_vec_dot_nv_fn dot_nv; /* NULL: loop over dot */
     const char *w;
     size_t w_row, a_row, rows, cols, n_vec, ldy;
+    size_t rows_per_item, vecs_per_item, n_vb;
     const char *act;
     float *y;
 } mm_task;
 
+/* Batches: a block of weight rows stays in L1 while groups of EL_NV_MAX activation rows pass over
+ * it; an item is (row block, vector block). Matvec: an item is a run of rows. Either way every
+ * output is one vec_dot (or a vec_dot_nv lane with its bits), so any split gives the same result. */
 #define MM_ROW_BLOCK 16
+#define MM_VEC_BLOCK 64
 
-static void mm_run(void *p, int ith, int nth) {
+static void mm_item(void *p, size_t item, size_t n_items) {
+    (void)n_items;
     const mm_task *t = p;
-    size_t r0, r1;
-    el_split(t->rows, ith, nth, &r0, &r1);
+    const size_t rb = item / t->n_vb, vb = item % t->n_vb;
+    const size_t r0 = rb * t->rows_per_item, r1 = r0 + t->rows_per_item < t->rows ? r0 + t->rows_per_item : t->rows;
     if (t->n_vec == 1) {
         for (size_t r = r0; r < r1; r++) t->y[r] = t->dot(t->cols, t->w + r * t->w_row, t->act);
         return;
     }
-    /* batch: a block of weight rows stays in cache while every activation row passes over it */
-    for (size_t rb = r0; rb < r1; rb += MM_ROW_BLOCK) {
-        const size_t re = rb + MM_ROW_BLOCK < r1 ? rb + MM_ROW_BLOCK : r1;
-        for (size_t v = 0; v < t->n_vec; v++) {
-            const char *a = t->act + v * t->a_row;
-            float *yv = t->y + v * t->ldy;
-            for (size_t r = rb; r < re; r++) yv[r] = t->dot(t->cols, t->w + r * t->w_row, a);
+    const size_t v0 = vb * t->vecs_per_item, v1 = v0 + t->vecs_per_item < t->n_vec ? v0 + t->vecs_per_item : t->n_vec;
+    for (size_t v = v0; v < v1; v += EL_NV_MAX) {
+        const size_t nv = v1 - v < EL_NV_MAX ? v1 - v : EL_NV_MAX;
+        const char *a = t->act + v * t->a_row;
+        float *yv = t->y + v * t->ldy;
+        for (size_t r = r0; r < r1; r++) {
+            const char *wr = t->w + r * t->w_row;
+            if (t->dot_nv && nv > 1) {
+                float out[EL_NV_MAX];
+                t->dot_nv(t->cols, wr, a, t->a_row, nv, out);
+                for (size_t j = 0; j < nv; j++) yv[j * t->ldy + r] = out[j];
+            } else {
+                for (size_t j = 0; j < nv; j++) yv[j * t->ldy + r] = t->dot(t->cols, wr, a + j * t->a_row);
+            }
         }
     }
 }
 
 void el_matmul_act(el_pool *pool, int wtype, const void *w, size_t rows, size_t cols, const void *act,
                    size_t n_vec, float *y, size_t ldy) {
-    mm_task t = {el_kern()->vec_dot[wtype], w, el_row_bytes(wtype, cols), el_act_bytes(wtype, cols, 1),
-                 rows, cols, n_vec, ldy, act, y};
-    if (rows * cols * n_vec < 16384) mm_run(&t, 0, 1);
-    else el_pool_run(pool, mm_run, &t);
+    const el_kernels *k = el_kern();
+    const int nth = pool ? el_pool_threads(pool) : 1;
+    mm_task t = {k->vec_dot[wtype], k->vec_dot_nv[wtype], w, el_row_bytes(wtype, cols), el_act_bytes(wtype, cols, 1),
+                 rows, cols, n_vec, ldy, 0, 0, 1, act, y};
+    if (n_vec == 1) {
+        /* about 8 items per thread: a thread that is descheduled holds up at most one of them */
+        size_t per = rows / ((size_t)nth * 8);
+        if (per < MM_ROW_BLOCK) per = MM_ROW_BLOCK;
+        t.rows_per_item = per;
+        t.vecs_per_item = 1;
+    } else {
+        t.rows_per_item = MM_ROW_BLOCK;
+        t.vecs_per_item = MM_VEC_BLOCK;
+        t.n_vb = (n_vec + MM_VEC_BLOCK - 1) / MM_VEC_BLOCK;
+    }
+    const size_t n_items = (rows + t.rows_per_item - 1) / t.rows_per_item * t.n_vb;
+    if (!pool || rows * cols * n_vec < 16384) {
+        for (size_t i = 0; i < n_items; i++) mm_item(&t, i, n_items);
+    } else {
+        el_pool_for(pool, n_items, mm_item, &t);
+    }
 }
 
 int el_matmul(el_pool *pool, int wtype, const void *w, size_t w_bytes, size_t rows, size_t cols,

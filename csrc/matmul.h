@@ -1,5 +1,5 @@
 /* matmul.h - quantized matrix x activations (internal): activations are quantized once to the
- * weight type's vec_dot format, then every thread computes whole output rows (fixed order). */
+ * weight type's vec_dot format, then blocks of output rows are handed out to whichever thread runs. */
 #ifndef EL_MATMUL_H
 #define EL_MATMUL_H
 

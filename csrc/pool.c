@@ -1,9 +1,14 @@
-/* pool.c - persistent pthread pool: workers spin briefly for the next task (decode issues a few
- * hundred parallel regions per token, too many for a condvar round trip each), then sleep. */
+/* pool.c - persistent pthread pool. A task is a count of items taken from an atomic counter by the
+ * caller and by every worker that joins in time; idle workers spin for a bounded time (decode issues
+ * a few hundred parallel regions per token, too many for a condvar round trip each), then sleep. */
+#define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "pool.h"
 
@@ -17,47 +22,102 @@
 #endif
 
 #define EL_MAX_THREADS 64
-#define EL_SPIN_ITERS 200000
+/* How long an idle worker spins before it sleeps on the condvar, in microseconds (EDGELLAMA_SPIN_US
+ * overrides). Gaps between the parallel regions of one token are a few microseconds; between tokens
+ * the caller samples in Python (~0.1-1 ms). A spinner beyond that only takes a core from others on
+ * a 2-core board, and a sleeper costs one futex wake (tens of microseconds) per token. */
+#define EL_SPIN_US_DEFAULT 300
+/* the caller's wait for joined workers: pause-spins before each sched_yield, so a worker that was
+ * preempted on the caller's core gets it back */
+#define EL_WAIT_SPINS 256
+
+/* state: task generation in the high 32 bits, CLOSED once the caller has finished its items (no
+ * worker may join after that), and the count of workers that joined in the low bits. Joining is a
+ * CAS on the whole word, so a worker can never join a task that is closed or already replaced. */
+#define ST_CLOSED ((uint64_t)1 << 31)
+#define ST_JOINED ((uint64_t)0x7fffffff)
 
 struct el_pool {
     int n_threads;
+    long spin_ns;
     pthread_t threads[EL_MAX_THREADS];
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    atomic_uint gen;      /* bumped once per task */
-    atomic_int pending;   /* workers still running the current task */
+    _Atomic uint64_t state;
+    atomic_size_t next;   /* next item to hand out */
+    atomic_int done;      /* joined workers that finished */
+    atomic_int sleeping;  /* workers in (or entering) cond_wait */
     atomic_int stop;
-    el_task_fn fn;
+    /* the current task, written before the release of a new generation */
+    size_t n_items;
+    el_item_fn item_fn;
+    el_task_fn task_fn;
     void *ctx;
     void *scratch;
     size_t scratch_size;
 };
 
-typedef struct { el_pool *pool; int ith; } worker_arg;
+typedef struct { el_pool *pool; } worker_arg;
 
-static void *worker_main(void *p) {
-    el_pool *pool = ((worker_arg *)p)->pool;
-    const int ith = ((worker_arg *)p)->ith;
-    free(p);
-    unsigned seen = 0;
+static long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+static void run_items(el_pool *p) {
     for (;;) {
-        unsigned g;
-        int spins = 0;
-        while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen &&
-               !atomic_load_explicit(&pool->stop, memory_order_acquire) && spins < EL_SPIN_ITERS) {
-            EL_PAUSE();
-            spins++;
+        const size_t i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+        if (i >= p->n_items) return;
+        if (p->item_fn) p->item_fn(p->ctx, i, p->n_items);
+        else p->task_fn(p->ctx, (int)i, p->n_threads);
+    }
+}
+
+static uint32_t gen_of(uint64_t s) { return (uint32_t)(s >> 32); }
+
+/* the state once its generation differs from `seen` (or stop is set) */
+static uint64_t wait_new(el_pool *p, uint32_t seen) {
+    uint64_t s;
+    long t0 = 0;
+    for (unsigned spins = 0;; spins++) {
+        s = atomic_load_explicit(&p->state, memory_order_acquire);
+        if (gen_of(s) != seen || atomic_load_explicit(&p->stop, memory_order_relaxed)) return s;
+        if ((spins & 63) == 0) { /* the clock is read rarely: it costs more than a pause */
+            const long t = now_ns();
+            if (!t0) t0 = t;
+            else if (t - t0 > p->spin_ns) break;
         }
-        if (g == seen && !atomic_load(&pool->stop)) {
-            pthread_mutex_lock(&pool->mu);
-            while ((g = atomic_load(&pool->gen)) == seen && !atomic_load(&pool->stop))
-                pthread_cond_wait(&pool->cv, &pool->mu);
-            pthread_mutex_unlock(&pool->mu);
+        EL_PAUSE();
+    }
+    pthread_mutex_lock(&p->mu);
+    /* seq_cst on both sides (here and in el_pool_for): either the caller sees sleeping > 0 and
+     * broadcasts under the mutex, or this thread sees the new generation */
+    atomic_fetch_add(&p->sleeping, 1);
+    while (gen_of(s = atomic_load(&p->state)) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->cv, &p->mu);
+    atomic_fetch_sub(&p->sleeping, 1);
+    pthread_mutex_unlock(&p->mu);
+    return s;
+}
+
+static void *worker_main(void *arg) {
+    el_pool *p = ((worker_arg *)arg)->pool;
+    free(arg);
+    uint32_t seen = gen_of(atomic_load(&p->state));
+    for (;;) {
+        uint64_t s = wait_new(p, seen);
+        if (atomic_load(&p->stop)) return NULL;
+        seen = gen_of(s);
+        int joined = 0;
+        while (!(s & ST_CLOSED) && gen_of(s) == seen) {
+            if (atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acq_rel, memory_order_acquire)) {
+                joined = 1;
+                break;
+            }
         }
-        if (atomic_load(&pool->stop)) return NULL;
-        seen = g;
-        pool->fn(pool->ctx, ith, pool->n_threads);
-        atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_release);
+        if (!joined) continue; /* too late for this task (or a newer one is up: wait_new returns at once) */
+        run_items(p);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
     }
 }
 
@@ -66,13 +126,20 @@ int el_pool_create(int n_threads, el_pool **out) {
     el_pool *pool = calloc(1, sizeof *pool);
     if (!pool) return EL_ENOMEM;
     pool->n_threads = 1;
+    long us = EL_SPIN_US_DEFAULT;
+    const char *env = getenv("EDGELLAMA_SPIN_US");
+    if (env && *env) {
+        char *end;
+        const long v = strtol(env, &end, 10);
+        if (*end == 0 && v >= 0 && v <= 1000000) us = v;
+    }
+    pool->spin_ns = us * 1000L;
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->cv, NULL);
     for (int i = 1; i < n_threads; i++) {
         worker_arg *a = malloc(sizeof *a);
         if (!a) { el_pool_free(pool); return EL_ENOMEM; }
         a->pool = pool;
-        a->ith = i;
         if (pthread_create(&pool->threads[i], NULL, worker_main, a) != 0) {
             free(a);
             el_pool_free(pool);
@@ -99,21 +166,45 @@ void el_pool_free(el_pool *pool) {
 
 int el_pool_threads(const el_pool *pool) { return pool ? pool->n_threads : 0; }
 
+static void pool_go(el_pool *p, size_t n_items, el_item_fn item_fn, el_task_fn task_fn, void *ctx) {
+    p->n_items = n_items;
+    p->item_fn = item_fn;
+    p->task_fn = task_fn;
+    p->ctx = ctx;
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    const uint32_t gen = gen_of(atomic_load_explicit(&p->state, memory_order_relaxed)) + 1;
+    atomic_store(&p->state, (uint64_t)gen << 32); /* seq_cst: publishes the task, pairs with `sleeping` */
+    if (atomic_load(&p->sleeping) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    run_items(p);
+    /* no joins after this; wait only for the workers that did join (each finishes its last item) */
+    const uint64_t s = atomic_fetch_or_explicit(&p->state, ST_CLOSED, memory_order_acq_rel);
+    const int joined = (int)(s & ST_JOINED);
+    for (unsigned spins = 1; atomic_load_explicit(&p->done, memory_order_acquire) < joined; spins++) {
+        if (spins % EL_WAIT_SPINS == 0) sched_yield();
+        else EL_PAUSE();
+    }
+}
+
+void el_pool_for(el_pool *pool, size_t n_items, el_item_fn fn, void *ctx) {
+    if (n_items == 0) return;
+    if (pool->n_threads == 1 || n_items == 1) {
+        for (size_t i = 0; i < n_items; i++) fn(ctx, i, n_items);
+        return;
+    }
+    pool_go(pool, n_items, fn, NULL, ctx);
+}
+
 void el_pool_run(el_pool *pool, el_task_fn fn, void *ctx) {
     if (pool->n_threads == 1) {
         fn(ctx, 0, 1);
         return;
     }
-    pool->fn = fn;
-    pool->ctx = ctx;
-    atomic_store_explicit(&pool->pending, pool->n_threads - 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&pool->gen, 1, memory_order_release);
-    /* wakes sleepers; cheap when every worker is still spinning */
-    pthread_mutex_lock(&pool->mu);
-    pthread_cond_broadcast(&pool->cv);
-    pthread_mutex_unlock(&pool->mu);
-    fn(ctx, 0, pool->n_threads);
-    while (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0) EL_PAUSE();
+    pool_go(pool, (size_t)pool->n_threads, NULL, fn, ctx);
 }
 
 void *el_pool_scratch(el_pool *pool, size_t bytes) {

@@ -1,4 +1,6 @@
-/* pool.h - the persistent worker pool (internal). One computation runs on a pool at a time. */
+/* pool.h - the persistent worker pool (internal). One computation runs on a pool at a time.
+ * Work is handed out item by item from an atomic counter, so a descheduled worker delays nobody:
+ * whichever thread is running takes the next item, and the caller never waits for a late joiner. */
 #ifndef EL_POOL_H
 #define EL_POOL_H
 
@@ -6,7 +8,14 @@
 
 #include "edgellama.h"
 
-/* fn(ctx, ith, nth) runs once on every thread (the caller is thread 0); returns when all are done. */
+/* fn(ctx, i, n) runs exactly once for every item i in [0, n), on whichever pool thread (the caller
+ * included) takes it first; returns when all items are done. Items may run on one thread in turn,
+ * so results must depend on the item only, never on which thread ran it. */
+typedef void (*el_item_fn)(void *ctx, size_t i, size_t n);
+void el_pool_for(el_pool *pool, size_t n_items, el_item_fn fn, void *ctx);
+
+/* fn(ctx, ith, nth) runs once for every ith in [0, nth) with nth = the pool's thread count (an
+ * el_pool_for of nth items): per-ith scratch is safe, but two ith may run on one thread. */
 typedef void (*el_task_fn)(void *ctx, int ith, int nth);
 void el_pool_run(el_pool *pool, el_task_fn fn, void *ctx);
 

@@ -1,5 +1,6 @@
-"""SIMD kernels (AVX2 now, NEON through the same tests when built there) against the scalar reference:
-vec_dot per type, activation quantization bytes, float helpers, and matmul vs float64 numpy."""
+"""SIMD kernels (AVX2, AVX-512 VNNI; NEON through the same tests when built there) against the scalar
+reference: vec_dot per type, activation quantization bytes, float helpers, matmul vs float64 numpy, and
+the multi-row (prefill) dots and batched matmuls bit-identical to their single-row forms."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ QUANT_BYTES: dict[int, list[tuple[int, int]]] = {
     T.Q4_1: [(4, 20)], T.Q5_1: [(4, 24)], T.Q2_K: [(16, 80)], T.Q4_K: [(16, 144)], T.Q5_K: [(16, 176)],
 }
 
-SIMD_ISAS = ["avx2", "neon", "neon-dotprod"]
+SIMD_ISAS = ["avx2", "avx512", "neon", "neon-dotprod"]
 
 
 @pytest.fixture(params=SIMD_ISAS)
@@ -65,6 +66,7 @@ typedef struct {
     float (*dot_f32_f16)(size_t n, const float *a, const uint16_t *b);
     void (*axpy_f16)(size_t n, float alpha, const uint16_t *x, float *y);
     void (*axpy_f32)(size_t n, float alpha, const float *x, float *y);
+    void (*vec_dot_nv[31])(size_t n, const void *w, const void *a, size_t a_stride, size_t nv, float *out);
 } el_kernels;
 const el_kernels *el_kern(void);
 void el_quantize_act(void *pool, int wtype, const float *x, size_t cols, size_t n_vec, void *act);
@@ -368,3 +370,52 @@ def test_matmul_thread_counts_give_identical_bits(simd_isa: str, wtype: int) -> 
         pool.close()
     assert not np.array_equal(ref, np.zeros_like(ref))  # the comparison above compared real numbers
     assert np.allclose(results[0], ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+
+
+# ---- batches (prefill): each output has the bits of the single-row computation ----
+
+EL_NV_MAX = 4
+NV_TYPES = [T.Q8_0, T.Q5_0, T.Q4_0, T.Q4_1, T.Q5_1, T.Q4_K, T.Q6_K]
+
+
+@pytest.mark.parametrize("wtype", NV_TYPES, ids=lambda t: T(t).name)
+def test_vec_dot_nv_lanes_equal_vec_dot_bits(simd_isa: str, internal: Any, wtype: int) -> None:
+    """The dispatch contract: lane j of vec_dot_nv is vec_dot of activation row j, to the bit."""
+    ffi, lib = internal
+    kernels.set_isa(simd_isa)
+    k = lib.el_kern()
+    if k.vec_dot_nv[wtype] == ffi.NULL:
+        pytest.skip(f"{simd_isa} has no multi-row {T(wtype).name} dot")
+    rng = np.random.default_rng(int(wtype) + 600)
+    for n in sizes_for(wtype):
+        w = random_blocks(wtype, n, rng)
+        acts = [activations(wtype, rng.standard_normal(n).astype(np.float32)).view(np.uint8) for _ in range(EL_NV_MAX)]
+        stride = acts[0].size + 5  # rows at an odd stride: the blocks are packed, never aligned
+        buf = np.zeros(stride * EL_NV_MAX, np.uint8)
+        for j, a in enumerate(acts):
+            buf[j * stride : j * stride + a.size] = a
+        for nv in range(1, EL_NV_MAX + 1):
+            out = np.zeros(nv, np.float32)
+            k.vec_dot_nv[wtype](n, ffi.from_buffer(w), ffi.from_buffer(buf), stride, nv, ffi.from_buffer("float[]", out))
+            single = np.array([kernels.vec_dot(wtype, w, a, n) for a in acts[:nv]], np.float32)
+            assert out.tobytes() == single.tobytes(), f"{T(wtype).name} n={n} nv={nv}: {out} vs {single}"
+            assert np.all(np.isfinite(out)) and np.any(out != 0)
+
+
+@pytest.mark.parametrize("wtype", [*NV_TYPES, T.Q5_K, T.F16], ids=lambda t: T(t).name)
+def test_batched_matmul_rows_equal_single_row_matmuls(simd_isa: str, wtype: int) -> None:
+    """What makes a batched prompt give the logits of token-by-token evaluation."""
+    rng = np.random.default_rng(int(wtype) + 700)
+    cols = 512 if TYPE_SIZES[wtype].block_size == 256 else 160
+    rows, n_vec = 45, 70  # a partial group of EL_NV_MAX rows and a partial row block
+    w = random_blocks(wtype, rows * cols, rng)
+    x = rng.standard_normal((n_vec, cols)).astype(np.float32)
+    kernels.set_isa(simd_isa)
+    pool = Pool(2)
+    try:
+        batch = kernels.matmul(w, wtype, rows, cols, x, pool)
+        single = np.stack([kernels.matmul(w, wtype, rows, cols, x[v : v + 1], pool)[0] for v in range(n_vec)])
+    finally:
+        pool.close()
+    assert batch.tobytes() == single.tobytes()
+    assert np.any(batch != 0)

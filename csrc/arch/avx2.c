@@ -131,79 +131,10 @@ EL_HALF_ROW_DOT(vec_dot_bf16_avx2, load_bf16x8, el_bf16_to_fp32)
 
 /* ---- 32-value blocks: unpack to 32 int8 in value order, then one integer dot per block ---- */
 
-/* 16 bytes of nibbles -> 32 bytes: low nibbles are values 0..15, high nibbles values 16..31 */
-EL_AVX2 static inline __m256i unpack_nibbles_32(const uint8_t *p) {
-    /* one broadcast load, then the high lane shifted by 4 (a per-lane shift count) */
-    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
-}
-
-/* 32 bits (little endian) -> 32 bytes, 0xFF where bit j is set */
-EL_AVX2 static inline __m256i unpack_bits_32(const uint8_t *p) {
-    uint32_t x;
-    memcpy(&x, p, 4);
-    /* byte j takes byte j/8 of x (vpshufb works within 128-bit lanes; each lane holds x) */
-    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x), spread);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    return _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
-}
-
-/* signed x signed bytes: vpmaddubsw wants one unsigned operand, so move x's sign onto y.
- * Exact unless a byte of x is -128 (|x| wraps): no quantizer here produces -128 in weights. */
-EL_AVX2 static inline __m256 dot_i8_f32(__m256i x, __m256i y) {
-    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-}
-
 /* unsigned x (< 128) x signed y */
 EL_AVX2 static inline __m256 dot_u8_f32(__m256i x, __m256i y) {
     const __m256i p16 = _mm256_maddubs_epi16(x, y);
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-}
-
-static inline uint32_t ld16(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return h;
-}
-
-/* d(x0) d(y0) and d(x1) d(y1) of two block pairs, broadcast: the four halves go through one
- * vcvtph2ps (vector ports are the bottleneck here; the packing runs on the integer ALUs) */
-EL_AVX2 static inline void scales2(const uint8_t *x0, const uint8_t *x1, const uint8_t *y0, const uint8_t *y1,
-                                   __m256 *d0, __m256 *d1) {
-    const __m128i h = _mm_setr_epi32((int)(ld16(x0) | ld16(x1) << 16), (int)(ld16(y0) | ld16(y1) << 16), 0, 0);
-    const __m128 f = _mm_cvtph_ps(h); /* dx0 dx1 dy0 dy1 */
-    const __m128 p = _mm_mul_ps(f, _mm_movehl_ps(f, f));
-    *d0 = _mm256_broadcastss_ps(p);
-    *d1 = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(p), _mm256_set1_epi32(1));
-}
-
-EL_AVX2 static inline __m256i load_q8_0(const uint8_t *b) { return _mm256_loadu_si256((const __m256i *)(b + 2)); }
-
-/* Q4_0 / Q5_0 keep their quants unsigned for vpmaddubsw and take the offset off with a second
- * vpmaddubsw: sum((u - o) a) = sum(u a) - sum(o a). Two multiplies and a subtract cost less than
- * the two vpsignb and the recentring they replace (about 10 % on Zen 4). Both int16 sums are exact:
- * |u a| <= 2 * 31 * 128 per pair. */
-EL_AVX2 static inline __m256 dot_q4_0_block(const uint8_t *x, const uint8_t *y) {
-    const __m256i a = load_q8_0(y);
-    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(unpack_nibbles_32(x + 2), a),
-                                       _mm256_maddubs_epi16(_mm256_set1_epi8(8), a));
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-}
-
-/* value = nibble + 16 h - 16: the offset is 16 exactly where the high bit h is clear */
-EL_AVX2 static inline __m256 dot_q5_0_block(const uint8_t *x, const uint8_t *y) {
-    const __m256i a = load_q8_0(y);
-    const __m256i off = _mm256_andnot_si256(unpack_bits_32(x + 2), _mm256_set1_epi8(0x10));
-    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(unpack_nibbles_32(x + 6), a),
-                                       _mm256_maddubs_epi16(off, a));
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-}
-
-EL_AVX2 static inline __m256 dot_q8_0_block(const uint8_t *x, const uint8_t *y) {
-    return dot_i8_f32(load_q8_0(x), load_q8_0(y));
 }
 
 EL_AVX2 static inline __m256i load_q4_1(const uint8_t *b) { return unpack_nibbles_32(b + 4); }
@@ -214,62 +145,120 @@ EL_AVX2 static inline __m256i load_q5_1(const uint8_t *b) {
 }
 
 /* Symmetric weights x Q8_0 (34-byte blocks: fp16 d, 32 int8): two blocks per iteration into two
- * accumulators, so the convert/FMA chains of neighbouring blocks overlap. */
-#define EL_DOT_SYM(NAME, WBYTES, BLOCK_DOT)                                                            \
-    EL_AVX2 static float NAME(size_t n, const void *w, const void *a) {                            \
+ * accumulators, so the convert/FMA chains of neighbouring blocks overlap. PREP unpacks a weight
+ * block into two registers once; ACT finishes the block dot against one activation block. */
+#define EL_DOT_SYM(NAME, WBYTES, PREP, ACT)                                                        \
+    EL_AVX2 EL_FORCE_INLINE void NAME##_impl(size_t n, const void *w, const void *a, size_t as,    \
+                                             const int NV, float *out) {                          \
         const uint8_t *pw = w, *pa = a;                                                            \
         const size_t nb = n / 32;                                                                  \
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                             \
+        __m256 acc0[EL_NV_MAX], acc1[EL_NV_MAX];                                                   \
+        for (int j = 0; j < NV; j++) acc0[j] = acc1[j] = _mm256_setzero_ps();                      \
         size_t i = 0;                                                                              \
         for (; i + 2 <= nb; i += 2) {                                                              \
             const uint8_t *x0 = pw + i * (WBYTES), *x1 = x0 + (WBYTES);                            \
-            const uint8_t *y0 = pa + i * 34, *y1 = y0 + 34;                                        \
-            __m256 d0, d1;                                                                         \
-            scales2(x0, x1, y0, y1, &d0, &d1);                                                     \
-            acc0 = _mm256_fmadd_ps(d0, BLOCK_DOT(x0, y0), acc0);                                   \
-            acc1 = _mm256_fmadd_ps(d1, BLOCK_DOT(x1, y1), acc1);                                   \
+            __m256i p00, p01, p10, p11;                                                            \
+            PREP(x0, &p00, &p01);                                                                  \
+            PREP(x1, &p10, &p11);                                                                  \
+            const __m128 fx = NV > 1 ? scales_x2(x0, x1) : _mm_setzero_ps();                       \
+            for (int j = 0; j < NV; j++) {                                                         \
+                const uint8_t *y0 = pa + j * as + i * 34, *y1 = y0 + 34;                           \
+                __m256 d0, d1;                                                                     \
+                if (NV == 1) scales2(x0, x1, y0, y1, &d0, &d1);                                    \
+                else scales2_y(fx, y0, y1, &d0, &d1);                                              \
+                acc0[j] = _mm256_fmadd_ps(d0, ACT(p00, p01, load_q8_0(y0)), acc0[j]);              \
+                acc1[j] = _mm256_fmadd_ps(d1, ACT(p10, p11, load_q8_0(y1)), acc1[j]);              \
+            }                                                                                      \
         }                                                                                          \
         if (i < nb) {                                                                              \
-            const uint8_t *x0 = pw + i * (WBYTES), *y0 = pa + i * 34;                              \
-            const __m256 d0 = _mm256_set1_ps(el_h2f(x0) * el_h2f(y0));                             \
-            acc0 = _mm256_fmadd_ps(d0, BLOCK_DOT(x0, y0), acc0);                                   \
+            const uint8_t *x0 = pw + i * (WBYTES);                                                 \
+            __m256i p00, p01;                                                                      \
+            PREP(x0, &p00, &p01);                                                                  \
+            for (int j = 0; j < NV; j++) {                                                         \
+                const uint8_t *y0 = pa + j * as + i * 34;                                          \
+                const __m256 d0 = _mm256_set1_ps(el_h2f(x0) * el_h2f(y0));                         \
+                acc0[j] = _mm256_fmadd_ps(d0, ACT(p00, p01, load_q8_0(y0)), acc0[j]);              \
+            }                                                                                      \
         }                                                                                          \
-        return el_hsum_ps(_mm256_add_ps(acc0, acc1));                                              \
-    }
+        for (int j = 0; j < NV; j++) out[j] = el_hsum_ps(_mm256_add_ps(acc0[j], acc1[j]));         \
+    }                                                                                              \
+    EL_NV_ENTRIES(EL_AVX2, NAME, NAME##_impl)
 
 /* Weights with a min x Q8_1 (36-byte blocks: fp16 d, fp16 s = d * sum(q), 32 int8):
  * d_w d_a sum(q_w q_a) + m_w s_a per block; the min terms go to their own accumulator. */
 #define EL_DOT_MIN(NAME, WBYTES, LOADW)                                                            \
-    EL_AVX2 static float NAME(size_t n, const void *w, const void *a) {                            \
+    EL_AVX2 EL_FORCE_INLINE void NAME##_impl(size_t n, const void *w, const void *a, size_t as,    \
+                                             const int NV, float *out) {                          \
         const uint8_t *pw = w, *pa = a;                                                            \
         const size_t nb = n / 32;                                                                  \
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                             \
-        float summs = 0.0f;                                                                        \
+        __m256 acc0[EL_NV_MAX], acc1[EL_NV_MAX];                                                   \
+        float summs[EL_NV_MAX];                                                                    \
+        for (int j = 0; j < NV; j++) acc0[j] = acc1[j] = _mm256_setzero_ps(), summs[j] = 0.0f;     \
         size_t i = 0;                                                                              \
         for (; i + 2 <= nb; i += 2) {                                                              \
             const uint8_t *x0 = pw + i * (WBYTES), *x1 = x0 + (WBYTES);                            \
-            const uint8_t *y0 = pa + i * 36, *y1 = y0 + 36;                                        \
-            __m256 d0, d1;                                                                         \
-            scales2(x0, x1, y0, y1, &d0, &d1);                                                     \
-            summs += el_h2f(x0 + 2) * el_h2f(y0 + 2) + el_h2f(x1 + 2) * el_h2f(y1 + 2);            \
-            const __m256i q0 = _mm256_loadu_si256((const __m256i *)(y0 + 4));                      \
-            const __m256i q1 = _mm256_loadu_si256((const __m256i *)(y1 + 4));                      \
-            acc0 = _mm256_fmadd_ps(d0, dot_u8_f32(LOADW(x0), q0), acc0);                           \
-            acc1 = _mm256_fmadd_ps(d1, dot_u8_f32(LOADW(x1), q1), acc1);                           \
+            const __m256i w0 = LOADW(x0), w1 = LOADW(x1);                                          \
+            const __m128 fx = NV > 1 ? scales_x2(x0, x1) : _mm_setzero_ps();                       \
+            const float m0 = el_h2f(x0 + 2), m1 = el_h2f(x1 + 2);                                  \
+            for (int j = 0; j < NV; j++) {                                                         \
+                const uint8_t *y0 = pa + j * as + i * 36, *y1 = y0 + 36;                           \
+                __m256 d0, d1;                                                                     \
+                if (NV == 1) scales2(x0, x1, y0, y1, &d0, &d1);                                    \
+                else scales2_y(fx, y0, y1, &d0, &d1);                                              \
+                summs[j] += m0 * el_h2f(y0 + 2) + m1 * el_h2f(y1 + 2);                             \
+                const __m256i q0 = _mm256_loadu_si256((const __m256i *)(y0 + 4));                  \
+                const __m256i q1 = _mm256_loadu_si256((const __m256i *)(y1 + 4));                  \
+                acc0[j] = _mm256_fmadd_ps(d0, dot_u8_f32(w0, q0), acc0[j]);                        \
+                acc1[j] = _mm256_fmadd_ps(d1, dot_u8_f32(w1, q1), acc1[j]);                        \
+            }                                                                                      \
         }                                                                                          \
         if (i < nb) {                                                                              \
-            const uint8_t *x0 = pw + i * (WBYTES), *y0 = pa + i * 36;                              \
-            const __m256 d0 = _mm256_set1_ps(el_h2f(x0) * el_h2f(y0));                             \
-            summs += el_h2f(x0 + 2) * el_h2f(y0 + 2);                                              \
-            const __m256i q0 = _mm256_loadu_si256((const __m256i *)(y0 + 4));                      \
-            acc0 = _mm256_fmadd_ps(d0, dot_u8_f32(LOADW(x0), q0), acc0);                           \
+            const uint8_t *x0 = pw + i * (WBYTES);                                                 \
+            const __m256i w0 = LOADW(x0);                                                          \
+            for (int j = 0; j < NV; j++) {                                                         \
+                const uint8_t *y0 = pa + j * as + i * 36;                                          \
+                const __m256 d0 = _mm256_set1_ps(el_h2f(x0) * el_h2f(y0));                         \
+                summs[j] += el_h2f(x0 + 2) * el_h2f(y0 + 2);                                       \
+                const __m256i q0 = _mm256_loadu_si256((const __m256i *)(y0 + 4));                  \
+                acc0[j] = _mm256_fmadd_ps(d0, dot_u8_f32(w0, q0), acc0[j]);                        \
+            }                                                                                      \
         }                                                                                          \
-        return el_hsum_ps(_mm256_add_ps(acc0, acc1)) + summs;                                      \
-    }
+        for (int j = 0; j < NV; j++) out[j] = el_hsum_ps(_mm256_add_ps(acc0[j], acc1[j])) + summs[j]; \
+    }                                                                                              \
+    EL_NV_ENTRIES(EL_AVX2, NAME, NAME##_impl)
 
-EL_DOT_SYM(vec_dot_q8_0_avx2, 34, dot_q8_0_block)
-EL_DOT_SYM(vec_dot_q4_0_avx2, 18, dot_q4_0_block)
-EL_DOT_SYM(vec_dot_q5_0_avx2, 22, dot_q5_0_block)
+/* Q8_0: x signed; vpmaddubsw wants one unsigned operand, so |x| and y with x's sign. Exact unless
+ * a byte of x is -128 (|x| wraps): no quantizer here produces -128 in weights. */
+EL_AVX2 static inline void prep_q8_0(const uint8_t *x, __m256i *p0, __m256i *p1) {
+    *p0 = load_q8_0(x);
+    *p1 = _mm256_sign_epi8(*p0, *p0);
+}
+EL_AVX2 static inline __m256 act_sign(__m256i x, __m256i ax, __m256i y) {
+    const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* Q4_0 / Q5_0 keep their quants unsigned for vpmaddubsw and take the offset off with a second
+ * vpmaddubsw: sum((u - o) a) = sum(u a) - sum(o a). Two multiplies and a subtract cost less than
+ * the two vpsignb and the recentring they replace (about 10 % on Zen 4). Both int16 sums are exact:
+ * |u a| <= 2 * 31 * 128 per pair. */
+EL_AVX2 static inline void prep_q4_0(const uint8_t *x, __m256i *u, __m256i *o) {
+    *u = unpack_nibbles_32(x + 2);
+    *o = _mm256_set1_epi8(8);
+}
+EL_AVX2 static inline void prep_q5_0(const uint8_t *x, __m256i *u, __m256i *o) {
+    /* value = nibble + 16 h - 16: the offset is 16 exactly where the high bit h is clear */
+    *u = unpack_nibbles_32(x + 6);
+    *o = _mm256_andnot_si256(unpack_bits_32(x + 2), _mm256_set1_epi8(0x10));
+}
+EL_AVX2 static inline __m256 act_off(__m256i u, __m256i o, __m256i a) {
+    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(u, a), _mm256_maddubs_epi16(o, a));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+EL_DOT_SYM(vec_dot_q8_0_avx2, 34, prep_q8_0, act_sign)
+EL_DOT_SYM(vec_dot_q4_0_avx2, 18, prep_q4_0, act_off)
+EL_DOT_SYM(vec_dot_q5_0_avx2, 22, prep_q5_0, act_off)
 EL_DOT_MIN(vec_dot_q4_1_avx2, 20, load_q4_1)
 EL_DOT_MIN(vec_dot_q5_1_avx2, 24, load_q5_1)
 
@@ -356,6 +345,11 @@ void el_kernels_fill_avx2(el_kernels *k) {
     k->vec_dot[EL_TYPE_Q5_0] = vec_dot_q5_0_avx2;
     k->vec_dot[EL_TYPE_Q4_1] = vec_dot_q4_1_avx2;
     k->vec_dot[EL_TYPE_Q5_1] = vec_dot_q5_1_avx2;
+    k->vec_dot_nv[EL_TYPE_Q8_0] = vec_dot_q8_0_avx2_nv;
+    k->vec_dot_nv[EL_TYPE_Q4_0] = vec_dot_q4_0_avx2_nv;
+    k->vec_dot_nv[EL_TYPE_Q5_0] = vec_dot_q5_0_avx2_nv;
+    k->vec_dot_nv[EL_TYPE_Q4_1] = vec_dot_q4_1_avx2_nv;
+    k->vec_dot_nv[EL_TYPE_Q5_1] = vec_dot_q5_1_avx2_nv;
     k->quantize_act[EL_TYPE_Q8_0] = quantize_q8_0_avx2;
     k->quantize_act[EL_TYPE_Q8_1] = quantize_q8_1_avx2;
     k->dot_f32 = dot_f32_avx2;

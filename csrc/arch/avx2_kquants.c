@@ -6,89 +6,52 @@
 #if defined(__x86_64__)
 #include "avx2_common.h"
 
-/* block_q8_K: float d at 0, 256 int8 at 4, 16 int16 bsums at 260 */
-#define Q8K_BYTES 292
-#define Q8K_QS 4
-#define Q8K_BSUMS 260
+/* ---- Q4_K / Q5_K ---- */
 
-EL_AVX2 static inline __m256i loadu256(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
-
-EL_AVX2 static inline float load_f32(const uint8_t *p) {
-    float f;
-    memcpy(&f, p, 4);
-    return f;
-}
-
-/* For 16-value sub-blocks (Q2_K, Q3_K, Q6_K): `sc` holds 8 int16 scales in both 128-bit lanes;
- * returns scale 2g in every int16 of the low lane and 2g+1 in the high lane, which is how the 32
- * values of one 256-bit register split into two sub-blocks after vpmaddubsw. */
-EL_AVX2 static inline __m256i scale_pair(__m256i sc, int g) {
-    const short lo = (short)(((4 * g + 1) << 8) | (4 * g)), hi = (short)(((4 * g + 3) << 8) | (4 * g + 2));
-    const __m256i mask = _mm256_setr_epi16(lo, lo, lo, lo, lo, lo, lo, lo, hi, hi, hi, hi, hi, hi, hi, hi);
-    return _mm256_shuffle_epi8(sc, mask);
-}
-
-/* For 32-value sub-blocks (Q4_K, Q5_K): `sc` holds 8 int16 scales in both lanes; scale s everywhere */
-EL_AVX2 static inline __m256i scale_all(__m256i sc, int s) {
-    return _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(((2 * s + 1) << 8) | (2 * s))));
-}
-
-/* 16 int8 scales -> int16 scales 0..7 in both lanes (lo) and 8..15 in both lanes (hi) */
-EL_AVX2 static inline void split_scales16(__m256i sc16, __m256i *lo, __m256i *hi) {
-    *lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);
-    *hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
-}
-
-/* ---- Q4_K / Q5_K: 8 sub-blocks of 32, 6-bit scales and mins packed in 12 bytes ---- */
-
-/* 12 packed bytes -> int16 scales 0..7 (low lane) and mins 0..7 (high lane) */
-EL_AVX2 static inline __m256i unpack_scales_mins_k4(const uint8_t *p) {
-    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
-    uint32_t u[3];
-    memcpy(u, p, 12);
-    /* scales 0..3 and mins 0..3 are the low 6 bits of bytes 0..7; 4..7 take their low/high nibble
-     * from bytes 8..11 and the top 2 bits from bytes 0..7 */
-    const uint32_t sc_lo = u[0] & m6, mn_lo = u[1] & m6;
-    const uint32_t sc_hi = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);
-    const uint32_t mn_hi = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);
-    return _mm256_cvtepu8_epi16(_mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)mn_lo, (int)mn_hi));
-}
-
-/* sum over sub-blocks s of min[s] * (bsums[2s] + bsums[2s+1]), as 4 int32 lanes */
-EL_AVX2 static inline __m128i mins_dot_bsums(__m256i scmn, const uint8_t *y) {
-    const __m256i bs = loadu256(y + Q8K_BSUMS);
-    const __m128i bs32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-    return _mm_madd_epi16(_mm256_extracti128_si256(scmn, 1), bs32);
-}
-
-EL_AVX2 static float vec_dot_q4_K_avx2(size_t n, const void *w, const void *a) {
+/* Integer sums are exact in any order, so each activation row keeps one int32 accumulator; the
+ * float steps per super-block (mins, then the scaled sum) are the same for every lane. */
+EL_AVX2 EL_FORCE_INLINE void q4_K_impl(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
     const uint8_t *pw = w, *pa = a;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
+    __m256 acc[EL_NV_MAX];
+    __m128 accm[EL_NV_MAX];
+    for (int v = 0; v < NV; v++) acc[v] = _mm256_setzero_ps(), accm[v] = _mm_setzero_ps();
     for (size_t i = 0; i < n / QK_K; i++) {
-        const uint8_t *x = pw + i * sizeof(block_q4_K), *y = pa + i * Q8K_BYTES;
-        const float yd = load_f32(y);
+        const uint8_t *x = pw + i * sizeof(block_q4_K);
+        const float xd = el_h2f(x), xmin = el_h2f(x + 2);
         const __m256i scmn = unpack_scales_mins_k4(x + 4);
-        accm = _mm_fmadd_ps(_mm_set1_ps(yd * el_h2f(x + 2)), _mm_cvtepi32_ps(mins_dot_bsums(scmn, y)), accm);
         const __m256i sc = _mm256_permute2x128_si256(scmn, scmn, 0x00);
-        const uint8_t *qs = x + 16, *q8 = y + Q8K_QS;
-        __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+        __m256i s[EL_NV_MAX];
+        for (int v = 0; v < NV; v++) {
+            const uint8_t *y = pa + v * as + i * Q8K_BYTES;
+            accm[v] = _mm_fmadd_ps(_mm_set1_ps(load_f32(y) * xmin), _mm_cvtepi32_ps(mins_dot_bsums(scmn, y)), accm[v]);
+            s[v] = _mm256_setzero_si256();
+        }
+        const uint8_t *qs = x + 16;
         for (int j = 0; j < 4; j++) {
             const __m256i qb = loadu256(qs + 32 * j);
             const __m256i ql = _mm256_and_si256(qb, m4);
             const __m256i qh = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
-            const __m256i pl = _mm256_maddubs_epi16(ql, loadu256(q8 + 64 * j));
-            const __m256i ph = _mm256_maddubs_epi16(qh, loadu256(q8 + 64 * j + 32));
-            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(scale_all(sc, 2 * j), pl));
-            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(scale_all(sc, 2 * j + 1), ph));
+            const __m256i scl = scale_all(sc, 2 * j), sch = scale_all(sc, 2 * j + 1);
+            for (int v = 0; v < NV; v++) {
+                const uint8_t *q8 = pa + v * as + i * Q8K_BYTES + Q8K_QS;
+                const __m256i pl = _mm256_maddubs_epi16(ql, loadu256(q8 + 64 * j));
+                const __m256i ph = _mm256_maddubs_epi16(qh, loadu256(q8 + 64 * j + 32));
+                s[v] = _mm256_add_epi32(s[v], _mm256_add_epi32(_mm256_madd_epi16(scl, pl), _mm256_madd_epi16(sch, ph)));
+            }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(yd * el_h2f(x)), _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), acc);
+        for (int v = 0; v < NV; v++) {
+            const float yd = load_f32(pa + v * as + i * Q8K_BYTES);
+            acc[v] = _mm256_fmadd_ps(_mm256_set1_ps(yd * xd), _mm256_cvtepi32_ps(s[v]), acc[v]);
+        }
     }
-    accm = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
-    accm = _mm_add_ss(accm, _mm_movehdup_ps(accm));
-    return el_hsum_ps(acc) - _mm_cvtss_f32(accm);
+    for (int v = 0; v < NV; v++) {
+        __m128 m = _mm_add_ps(accm[v], _mm_movehl_ps(accm[v], accm[v]));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[v] = el_hsum_ps(acc[v]) - _mm_cvtss_f32(m);
+    }
 }
+EL_NV_ENTRIES(EL_AVX2, vec_dot_q4_K_avx2, q4_K_impl)
 
 /* block_q5_K: d, dmin, scales[12], qh[32] at 16, qs[128] at 48. The 5th bit of chunk c's low
  * half is bit 2c of qh[l], of its high half bit 2c+1. */
@@ -129,19 +92,24 @@ EL_AVX2 static float vec_dot_q5_K_avx2(size_t n, const void *w, const void *a) {
 /* ---- Q6_K: ql[128], qh[64], int8 scales[16] at 192, d at 208 ----
  * Levels are u - 32 with u = 6-bit unsigned; sum((u-32) a sc) = sum(u a sc) - 32 sum(sc bsums),
  * since a scale covers exactly one 16-value bsum. That keeps vpmaddubsw on unsigned u. */
-EL_AVX2 static float vec_dot_q6_K_avx2(size_t n, const void *w, const void *a) {
+EL_AVX2 EL_FORCE_INLINE void q6_K_impl(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
     const uint8_t *pw = w, *pa = a;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[EL_NV_MAX];
+    for (int v = 0; v < NV; v++) acc[v] = _mm256_setzero_ps();
     for (size_t i = 0; i < n / QK_K; i++) {
-        const uint8_t *x = pw + i * sizeof(block_q6_K), *y = pa + i * Q8K_BYTES;
+        const uint8_t *x = pw + i * sizeof(block_q6_K);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + 192)));
         __m256i sc[2];
         split_scales16(sc16, &sc[0], &sc[1]);
-        const __m256i corr = _mm256_madd_epi16(sc16, loadu256(y + Q8K_BSUMS));
-        __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+        __m256i s[EL_NV_MAX];
+        for (int v = 0; v < NV; v++) {
+            const uint8_t *y = pa + v * as + i * Q8K_BYTES;
+            /* the offset term first: sum(u a sc) - 32 sum(sc bsums) */
+            s[v] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                    _mm256_slli_epi32(_mm256_madd_epi16(sc16, loadu256(y + Q8K_BSUMS)), 5));
+        }
         for (int c = 0; c < 2; c++) {
-            const uint8_t *q8 = y + Q8K_QS + 128 * c;
             const __m256i qa = loadu256(x + 64 * c), qb = loadu256(x + 64 * c + 32);
             const __m256i qh = loadu256(x + 128 + 32 * c);
             /* 2-bit fields masked before the shift left: at most 0x30, no carry into the next byte */
@@ -152,20 +120,24 @@ EL_AVX2 static float vec_dot_q6_K_avx2(size_t n, const void *w, const void *a) {
                                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
             const __m256i u3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
                                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
-            const __m256i p0 = _mm256_maddubs_epi16(u0, loadu256(q8));
-            const __m256i p1 = _mm256_maddubs_epi16(u1, loadu256(q8 + 32));
-            const __m256i p2 = _mm256_maddubs_epi16(u2, loadu256(q8 + 64));
-            const __m256i p3 = _mm256_maddubs_epi16(u3, loadu256(q8 + 96));
-            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(scale_pair(sc[c], 0), p0));
-            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(scale_pair(sc[c], 1), p1));
-            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(scale_pair(sc[c], 2), p2));
-            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(scale_pair(sc[c], 3), p3));
+            for (int v = 0; v < NV; v++) {
+                const uint8_t *q8 = pa + v * as + i * Q8K_BYTES + Q8K_QS + 128 * c;
+                const __m256i p0 = _mm256_madd_epi16(scale_pair(sc[c], 0), _mm256_maddubs_epi16(u0, loadu256(q8)));
+                const __m256i p1 = _mm256_madd_epi16(scale_pair(sc[c], 1), _mm256_maddubs_epi16(u1, loadu256(q8 + 32)));
+                const __m256i p2 = _mm256_madd_epi16(scale_pair(sc[c], 2), _mm256_maddubs_epi16(u2, loadu256(q8 + 64)));
+                const __m256i p3 = _mm256_madd_epi16(scale_pair(sc[c], 3), _mm256_maddubs_epi16(u3, loadu256(q8 + 96)));
+                s[v] = _mm256_add_epi32(s[v], _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
+            }
         }
-        const __m256i sumi = _mm256_sub_epi32(_mm256_add_epi32(s0, s1), _mm256_slli_epi32(corr, 5));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(load_f32(y) * el_h2f(x + 208)), _mm256_cvtepi32_ps(sumi), acc);
+        const float xd = el_h2f(x + 208);
+        for (int v = 0; v < NV; v++) {
+            const float yd = load_f32(pa + v * as + i * Q8K_BYTES);
+            acc[v] = _mm256_fmadd_ps(_mm256_set1_ps(yd * xd), _mm256_cvtepi32_ps(s[v]), acc[v]);
+        }
     }
-    return el_hsum_ps(acc);
+    for (int v = 0; v < NV; v++) out[v] = el_hsum_ps(acc[v]);
 }
+EL_NV_ENTRIES(EL_AVX2, vec_dot_q6_K_avx2, q6_K_impl)
 
 /* ---- Q3_K: hmask[32], qs[64] at 32, scales[12] at 96, d at 108 ----
  * Level = lo - 4 (1 - h) = (lo | h << 2) - 4: unsigned 0..7 for vpmaddubsw, minus 4 sum(sc bsums). */
@@ -312,6 +284,8 @@ void el_kernels_fill_avx2_kquants(el_kernels *k) {
     k->vec_dot[EL_TYPE_Q4_K] = vec_dot_q4_K_avx2;
     k->vec_dot[EL_TYPE_Q5_K] = vec_dot_q5_K_avx2;
     k->vec_dot[EL_TYPE_Q6_K] = vec_dot_q6_K_avx2;
+    k->vec_dot_nv[EL_TYPE_Q4_K] = vec_dot_q4_K_avx2_nv;
+    k->vec_dot_nv[EL_TYPE_Q6_K] = vec_dot_q6_K_avx2_nv;
     k->quantize_act[EL_TYPE_Q8_K] = quantize_q8_K_avx2;
 }
 #endif

@@ -254,7 +254,7 @@ static double dot_tol(int wtype, size_t n, dot_bound b) {
 
 /* ------------------------------------------------------------------ ISAs */
 
-static const char *g_isas[4];
+static const char *g_isas[5];
 static int g_n_isas;
 static const char *g_auto_isa;
 
@@ -526,6 +526,101 @@ static void test_matmul(rng_t *r) {
     check(el_matmul(pool_of(1), EL_TYPE_Q8_0, w, 33, 1, 32, x, 1, y) == EL_EINVAL, "matmul accepts a short weight buffer");
     check(el_matmul(pool_of(1), EL_TYPE_Q8_K, w, 34, 1, 32, x, 1, y) != EL_OK, "matmul accepts Q8_K weights");
     use_isa(g_auto_isa);
+}
+
+/* ------------------------------------------------------------------ batches: bit-identical to single rows */
+
+/* Every lane of vec_dot_nv carries the bits of the same table's vec_dot (the contract in
+ * dispatch.h): activation rows at an odd stride and address, every nv up to EL_NV_MAX. */
+static void test_vec_dot_nv(rng_t *r) {
+    for (int k = 0; k < g_n_isas; k++) {
+        use_isa(g_isas[k]);
+        const el_kernels *K = el_kern();
+        for (size_t ti = 0; ti < N_TYPES; ti++) {
+            const int wt = g_types[ti], at = el_vec_dot_type(wt);
+            if (!K->vec_dot_nv[wt]) continue;
+            size_t ns[4];
+            const size_t nn = sizes_for(wt, ns);
+            for (size_t si = 0; si < nn; si++) {
+                const size_t n = ns[si], wb = el_row_bytes(wt, n), ab = el_row_bytes(at, n), stride = ab + 3;
+                uint8_t *wbuf = xmalloc(wb + 1), *abuf = xmalloc(stride * EL_NV_MAX + 1);
+                uint8_t *w = wbuf + 1, *a = abuf + 1;
+                fill_row(r, wt, w, n);
+                for (size_t j = 0; j < EL_NV_MAX; j++) fill_row(r, at, a + j * stride, n);
+                for (size_t nv = 1; nv <= EL_NV_MAX; nv++) {
+                    float out[EL_NV_MAX];
+                    K->vec_dot_nv[wt](n, w, a, stride, nv, out);
+                    for (size_t j = 0; j < nv; j++) {
+                        const float one = K->vec_dot[wt](n, w, a + j * stride);
+                        check(memcmp(&one, &out[j], sizeof one) == 0 && isfinite(one),
+                              "vec_dot_nv %s n=%zu nv=%zu lane %zu isa=%s: %.9g != vec_dot %.9g", tname(wt), n, nv, j,
+                              g_isas[k], out[j], one);
+                    }
+                }
+                free(wbuf);
+                free(abuf);
+            }
+        }
+    }
+    use_isa(g_auto_isa);
+}
+
+/* A matmul of many activation rows gives, row for row, the bits of one-row matmuls: what makes a
+ * batched prompt produce the logits of token-by-token evaluation. */
+static void test_matmul_batch(rng_t *r) {
+    const int types[] = {EL_TYPE_Q8_0, EL_TYPE_Q5_0, EL_TYPE_Q4_0, EL_TYPE_Q4_1, EL_TYPE_Q5_1,
+                         EL_TYPE_Q4_K, EL_TYPE_Q6_K, EL_TYPE_Q5_K, EL_TYPE_F16};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const int wt = types[ti];
+        const size_t bs = el_type_block_size(wt), cols = bs == QK_K ? 512 : 160, rows = 45, nv = 71;
+        const size_t rb = el_row_bytes(wt, cols);
+        uint8_t *w = xmalloc(rows * rb);
+        float *x = xmalloc(nv * cols * sizeof(float)), *yb = xmalloc(nv * rows * sizeof(float));
+        float *y1 = xmalloc(rows * sizeof(float));
+        for (size_t i = 0; i < rows; i++) fill_row(r, wt, w + i * rb, cols);
+        rng_floats(r, x, nv * cols, 1.5f);
+        for (int k = 0; k < g_n_isas; k++) {
+            use_isa(g_isas[k]);
+            for (int nt = 1; nt <= 3; nt += 2) {
+                check(el_matmul(pool_of(nt), wt, w, rows * rb, rows, cols, x, nv, yb) == EL_OK, "batch matmul status");
+                size_t bad = 0;
+                for (size_t v = 0; v < nv; v++) {
+                    check(el_matmul(pool_of(nt), wt, w, rows * rb, rows, cols, x + v * cols, 1, y1) == EL_OK, "matmul status");
+                    if (memcmp(y1, yb + v * rows, rows * sizeof(float)) != 0) bad++;
+                }
+                check(bad == 0, "matmul %s isa=%s %d threads: %zu of %zu batch rows differ from one-row matmuls", tname(wt),
+                      g_isas[k], nt, bad, nv);
+            }
+        }
+        free(w);
+        free(x);
+        free(yb);
+        free(y1);
+    }
+    use_isa(g_auto_isa);
+}
+
+/* every item of el_pool_for runs exactly once, whatever the thread count and however many tasks
+ * follow each other (a worker that wakes late must not run a stale or a closed task) */
+typedef struct { int *hits; size_t n; } pool_case;
+static void pool_hit(void *p, size_t i, size_t n) {
+    pool_case *c = p;
+    if (n == c->n && i < n) __atomic_fetch_add(&c->hits[i], 1, __ATOMIC_RELAXED);
+}
+
+static void test_pool(rng_t *r) {
+    (void)r;
+    for (int nt = 1; nt <= 4; nt++) {
+        size_t wrong = 0;
+        for (size_t round = 0; round < 2000; round++) {
+            const size_t n = 1 + round % 37;
+            int hits[37] = {0};
+            pool_case c = {hits, n};
+            el_pool_for(pool_of(nt), n, pool_hit, &c);
+            for (size_t i = 0; i < n; i++) wrong += hits[i] != 1;
+        }
+        check(wrong == 0, "el_pool_for with %d threads: %zu items not run exactly once", nt, wrong);
+    }
 }
 
 /* ------------------------------------------------------------------ dequantize / quantize round trips */
@@ -1087,8 +1182,8 @@ int main(int argc, char **argv) {
     }
     /* the automatic choice, before anything overrides it: what the scripts check per CPU */
     g_auto_isa = el_isa_name();
-    static const char *all[] = {"scalar", "avx2", "neon", "neon-dotprod"};
-    for (size_t i = 0; i < 4; i++)
+    static const char *all[] = {"scalar", "avx2", "avx512", "neon", "neon-dotprod"};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (el_isa_available(all[i]) && (!only || !strcmp(only, all[i]) || !strcmp(all[i], "scalar"))) g_isas[g_n_isas++] = all[i];
     printf("edgellama run_tests: isa=%s features=[%s] testing:", g_auto_isa, el_cpu_features());
     for (int i = 0; i < g_n_isas; i++) printf(" %s", g_isas[i]);
@@ -1103,7 +1198,8 @@ int main(int argc, char **argv) {
             struct { const char *name; void (*fn)(rng_t *); } suites[] = {
                 {"quantize_act", test_quantize_act}, {"vec_dot", test_vec_dot},   {"float kernels", test_float_kernels},
                 {"dequant/quant", test_dequant_quant}, {"matmul", test_matmul},   {"ops", test_ops},
-                {"attention", test_attention},
+                {"attention", test_attention}, {"vec_dot_nv", test_vec_dot_nv}, {"batch == single", test_matmul_batch},
+                {"pool", test_pool},
             };
             for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
                 const int f0 = g_fail, p0 = g_pass;

@@ -1,0 +1,210 @@
+/* arch/avx512.c - AVX-512 (F, BW, VL) + VNNI kernels for x86-64 hosts, compiled with target
+ * attributes like avx2.c (the library is built without -mavx512*); dispatch.c installs them on top
+ * of the AVX2 table only when cpuid and xgetbv say the CPU and OS have them. vpdpbusd does a
+ * u8 x s8 dot of 4 bytes straight into int32 (no int16 stage), and one zmm holds two 32-value
+ * blocks or two K-quant sub-blocks. Each kernel body serves vec_dot and vec_dot_nv (same bits). */
+#include "../dispatch.h"
+
+#if defined(__x86_64__)
+#include "avx2_common.h"
+
+#define EL_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+
+EL_AVX512 static inline __m512i loadu512(const uint8_t *p) { return _mm512_loadu_si512((const void *)p); }
+
+EL_AVX512 static inline __m512i join256(__m256i lo, __m256i hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* ---- Q8_0 / Q5_0 x Q8_0: two blocks per zmm ----
+ * A weight block becomes signed values w; vpdpbusd takes |w| (unsigned, so |-128| = 128 is still
+ * exact) against the activations negated where w < 0 (one masked subtract per activation pair). */
+
+/* fp16 scale pair -> (dx0, dx1, 0, 0) */
+EL_AVX512 static inline __m128 half_pair(const uint8_t *h0, const uint8_t *h1) {
+    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)(ld16(h0) | ld16(h1) << 16)));
+}
+
+/* (d0, d1) -> d0 in lanes 0-7, d1 in lanes 8-15 */
+EL_AVX512 static inline __m512 spread_pair(__m128 p) {
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                 _mm512_castps128_ps512(p));
+}
+
+EL_AVX512 static inline void prep_q8_0_x2(const uint8_t *x0, const uint8_t *x1, __m512i *aw, __mmask64 *neg) {
+    const __m512i w = join256(_mm256_loadu_si256((const __m256i *)(x0 + 2)), _mm256_loadu_si256((const __m256i *)(x1 + 2)));
+    *aw = _mm512_abs_epi8(w);
+    *neg = _mm512_movepi8_mask(w);
+}
+
+/* value = nibble + 16 h - 16: subtract 16 where the high bit h is clear */
+EL_AVX512 static inline void prep_q5_0_x2(const uint8_t *x0, const uint8_t *x1, __m512i *aw, __mmask64 *neg) {
+    const __m256i q0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(x0 + 6)));
+    const __m256i q1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(x1 + 6)));
+    /* 128-bit lanes qs0 qs0 qs1 qs1 -> low nibbles, high nibbles of each (values 0-15, 16-31) */
+    const __m512i nib = _mm512_and_si512(_mm512_srlv_epi64(join256(q0, q1), _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)),
+                                         _mm512_set1_epi8(0x0F));
+    uint32_t h0, h1;
+    memcpy(&h0, x0 + 2, 4);
+    memcpy(&h1, x1 + 2, 4);
+    const __mmask64 h = _cvtu64_mask64((uint64_t)h0 | (uint64_t)h1 << 32);
+    const __m512i w = _mm512_mask_sub_epi8(nib, _knot_mask64(h), nib, _mm512_set1_epi8(16));
+    *aw = _mm512_abs_epi8(w);
+    *neg = _mm512_movepi8_mask(w);
+}
+
+/* int32 sums of 4 products per lane, as floats: lanes 0-7 block 0, 8-15 block 1 */
+EL_AVX512 static inline __m512 act_x2(__m512i aw, __mmask64 neg, const uint8_t *y0, const uint8_t *y1) {
+    const __m512i a = join256(_mm256_loadu_si256((const __m256i *)(y0 + 2)), _mm256_loadu_si256((const __m256i *)(y1 + 2)));
+    const __m512i as = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
+    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), aw, as));
+}
+
+/* Blocks in pairs (i, i+1) into acc0 and (i+2, i+3) into acc1; an odd last block pairs with a zero
+ * block of scale 0 (adds +0 to every lane). */
+#define EL_SYM512_PAIR(ACC, I, PAIR, WBYTES_, PREP_)                                                            \
+    do {                                                                                           \
+        const uint8_t *x0 = pw + (I) * (WBYTES_), *x1 = (PAIR) ? x0 + (WBYTES_) : zero_w;          \
+        __m512i aw;                                                                                \
+        __mmask64 neg;                                                                             \
+        PREP_(x0, x1, &aw, &neg);                                                                  \
+        const __m128 fx = half_pair(x0, x1);                                                       \
+        for (int j = 0; j < NV; j++) {                                                             \
+            const uint8_t *y0 = pa + j * as + (I) * 34, *y1 = (PAIR) ? y0 + 34 : zero_a;           \
+            const __m512 d = spread_pair(_mm_mul_ps(fx, half_pair(y0, y1)));                       \
+            ACC[j] = _mm512_fmadd_ps(d, act_x2(aw, neg, y0, y1), ACC[j]);                          \
+        }                                                                                          \
+    } while (0)
+
+#define EL_DOT_SYM512(NAME, WBYTES, PREP)                                                          \
+    EL_AVX512 EL_FORCE_INLINE void NAME##_impl(size_t n, const void *w, const void *a, size_t as,  \
+                                               const int NV, float *out) {                        \
+        static const uint8_t zero_w[WBYTES], zero_a[34];                                           \
+        const uint8_t *pw = w, *pa = a;                                                            \
+        const size_t nb = n / 32;                                                                  \
+        __m512 acc0[EL_NV_MAX], acc1[EL_NV_MAX];                                                   \
+        for (int j = 0; j < NV; j++) acc0[j] = acc1[j] = _mm512_setzero_ps();                      \
+        size_t i = 0;                                                                              \
+        for (; i + 4 <= nb; i += 4) {                                                              \
+            EL_SYM512_PAIR(acc0, i, 1, WBYTES, PREP);                                                            \
+            EL_SYM512_PAIR(acc1, i + 2, 1, WBYTES, PREP);                                                        \
+        }                                                                                          \
+        if (i + 2 <= nb) {                                                                         \
+            EL_SYM512_PAIR(acc0, i, 1, WBYTES, PREP);                                                            \
+            i += 2;                                                                                \
+        }                                                                                          \
+        if (i < nb) EL_SYM512_PAIR(acc1, i, 0, WBYTES, PREP);                                                    \
+        for (int j = 0; j < NV; j++) out[j] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j], acc1[j])); \
+    }                                                                                              \
+    EL_NV_ENTRIES(EL_AVX512, NAME, NAME##_impl)
+
+EL_DOT_SYM512(vec_dot_q8_0_avx512, 34, prep_q8_0_x2)
+EL_DOT_SYM512(vec_dot_q5_0_avx512, 22, prep_q5_0_x2)
+
+/* ---- K-quants x Q8_K ----
+ * One zmm = two sub-blocks of the weight against 64 contiguous activation bytes; vpdpbusd sums
+ * groups of 4, vpmulld applies the sub-block scale (every 4-group lies in one sub-block). */
+
+EL_AVX512 EL_FORCE_INLINE void q4_K_impl512(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
+    const uint8_t *pw = w, *pa = a;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), shift_hi = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+    __m512 acc[EL_NV_MAX];
+    __m128 accm[EL_NV_MAX];
+    for (int v = 0; v < NV; v++) acc[v] = _mm512_setzero_ps(), accm[v] = _mm_setzero_ps();
+    for (size_t i = 0; i < n / QK_K; i++) {
+        const uint8_t *x = pw + i * sizeof(block_q4_K);
+        const float xd = el_h2f(x), xmin = el_h2f(x + 2);
+        const __m256i scmn = unpack_scales_mins_k4(x + 4);
+        /* int32 scales 0..7; chunk j uses scale 2j on lanes 0-7 and 2j+1 on lanes 8-15 */
+        const __m512i sc32 = _mm512_castsi256_si512(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(scmn)));
+        __m512i s[EL_NV_MAX];
+        for (int v = 0; v < NV; v++) {
+            const uint8_t *y = pa + v * as + i * Q8K_BYTES;
+            accm[v] = _mm_fmadd_ps(_mm_set1_ps(load_f32(y) * xmin), _mm_cvtepi32_ps(mins_dot_bsums(scmn, y)), accm[v]);
+            s[v] = _mm512_setzero_si512();
+        }
+        for (int j = 0; j < 4; j++) {
+            const __m256i qb = _mm256_loadu_si256((const __m256i *)(x + 16 + 32 * j));
+            /* low nibbles (sub-block 2j) in the low half, high nibbles (2j+1) in the high half */
+            const __m512i q = _mm512_and_si512(_mm512_srlv_epi64(join256(qb, qb), shift_hi), m4);
+            const __m512i sc = _mm512_permutexvar_epi32(
+                _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), _mm512_set1_epi32(2 * j)), sc32);
+            for (int v = 0; v < NV; v++) {
+                const uint8_t *q8 = pa + v * as + i * Q8K_BYTES + Q8K_QS + 64 * j;
+                const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, loadu512(q8));
+                s[v] = _mm512_add_epi32(s[v], _mm512_mullo_epi32(d, sc));
+            }
+        }
+        for (int v = 0; v < NV; v++) {
+            const float yd = load_f32(pa + v * as + i * Q8K_BYTES);
+            acc[v] = _mm512_fmadd_ps(_mm512_set1_ps(yd * xd), _mm512_cvtepi32_ps(s[v]), acc[v]);
+        }
+    }
+    for (int v = 0; v < NV; v++) {
+        __m128 m = _mm_add_ps(accm[v], _mm_movehl_ps(accm[v], accm[v]));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[v] = _mm512_reduce_add_ps(acc[v]) - _mm_cvtss_f32(m);
+    }
+}
+EL_NV_ENTRIES(EL_AVX512, vec_dot_q4_K_avx512, q4_K_impl512)
+
+/* Q6_K: levels u - 32 (u 6-bit unsigned): sum(u a sc) - 32 sum(sc bsums), as in avx2_kquants.c */
+EL_AVX512 EL_FORCE_INLINE void q6_K_impl512(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
+    const uint8_t *pw = w, *pa = a;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
+    const __m512i rep4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    __m512 acc[EL_NV_MAX];
+    for (int v = 0; v < NV; v++) acc[v] = _mm512_setzero_ps();
+    for (size_t i = 0; i < n / QK_K; i++) {
+        const uint8_t *x = pw + i * sizeof(block_q6_K);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)(x + 192));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+        const __m512i sc32 = _mm512_cvtepi8_epi32(sc8);
+        __m512i s[EL_NV_MAX];
+        for (int v = 0; v < NV; v++) {
+            const uint8_t *y = pa + v * as + i * Q8K_BYTES;
+            const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, loadu256(y + Q8K_BSUMS)), 5);
+            s[v] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr));
+        }
+        for (int c = 0; c < 2; c++) {
+            const __m512i ql = loadu512(x + 64 * c);
+            const __m256i qh = loadu256(x + 128 + 32 * c);
+            const __m512i hq = join256(qh, _mm256_srli_epi16(qh, 2));
+            /* values 0-63 of this half (sub-blocks 8c..8c+3), then 64-127 (8c+4..8c+7); 2-bit
+             * fields are masked before the shift left, so nothing carries into the next byte */
+            const __m512i u01 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(hq, m2), 4));
+            const __m512i u23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                                _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hq, 4), m2), 4));
+            const __m512i sc_a = _mm512_permutexvar_epi32(_mm512_add_epi32(rep4, _mm512_set1_epi32(8 * c)), sc32);
+            const __m512i sc_b = _mm512_permutexvar_epi32(_mm512_add_epi32(rep4, _mm512_set1_epi32(8 * c + 4)), sc32);
+            for (int v = 0; v < NV; v++) {
+                const uint8_t *q8 = pa + v * as + i * Q8K_BYTES + Q8K_QS + 128 * c;
+                const __m512i da = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u01, loadu512(q8));
+                const __m512i db = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u23, loadu512(q8 + 64));
+                s[v] = _mm512_add_epi32(s[v], _mm512_add_epi32(_mm512_mullo_epi32(da, sc_a), _mm512_mullo_epi32(db, sc_b)));
+            }
+        }
+        const float xd = el_h2f(x + 208);
+        for (int v = 0; v < NV; v++) {
+            const float yd = load_f32(pa + v * as + i * Q8K_BYTES);
+            acc[v] = _mm512_fmadd_ps(_mm512_set1_ps(yd * xd), _mm512_cvtepi32_ps(s[v]), acc[v]);
+        }
+    }
+    for (int v = 0; v < NV; v++) out[v] = _mm512_reduce_add_ps(acc[v]);
+}
+EL_NV_ENTRIES(EL_AVX512, vec_dot_q6_K_avx512, q6_K_impl512)
+
+/* Replaces the AVX2 entries of the types above (vec_dot and vec_dot_nv together, as dispatch.h
+ * requires); every other type keeps the AVX2 kernels el_kernels_fill_avx2 installed. */
+void el_kernels_fill_avx512(el_kernels *k) {
+    k->name = "avx512";
+    k->vec_dot[EL_TYPE_Q8_0] = vec_dot_q8_0_avx512;
+    k->vec_dot_nv[EL_TYPE_Q8_0] = vec_dot_q8_0_avx512_nv;
+    k->vec_dot[EL_TYPE_Q5_0] = vec_dot_q5_0_avx512;
+    k->vec_dot_nv[EL_TYPE_Q5_0] = vec_dot_q5_0_avx512_nv;
+    k->vec_dot[EL_TYPE_Q4_K] = vec_dot_q4_K_avx512;
+    k->vec_dot_nv[EL_TYPE_Q4_K] = vec_dot_q4_K_avx512_nv;
+    k->vec_dot[EL_TYPE_Q6_K] = vec_dot_q6_K_avx512;
+    k->vec_dot_nv[EL_TYPE_Q6_K] = vec_dot_q6_K_avx512_nv;
+}
+#endif
