@@ -9,9 +9,15 @@
  * The weight row is unpacked once for all nv activation rows. Contract: every out[j] has the very
  * bits vec_dot of the same table gives for that activation row (same per-output operations in the
  * same order), so a batched prompt yields the logits of token-by-token evaluation. NULL = matmul
- * loops over vec_dot. An ISA that replaces a type's vec_dot must replace (or clear) its vec_dot_nv. */
+ * loops over vec_dot. An ISA that replaces a type's vec_dot must replace (or clear) its vec_dot_nv and vec_dot_tile. */
 #define EL_NV_MAX 4
 typedef void (*el_vec_dot_nv_fn)(size_t n, const void *w, const void *a, size_t a_stride, size_t nv, float *out);
+/* Tile for batches: EL_TILE_ROWS weight rows (at w + r * w_stride) x nv activation rows,
+ * out[r * ldo + j] = row r . activation j; both the weight unpacking and the activation loads are
+ * shared. Same contract: every output has the bits of vec_dot. NULL = use vec_dot_nv. */
+#define EL_TILE_ROWS 2
+typedef void (*el_vec_dot_tile_fn)(size_t n, const void *w, size_t w_stride, const void *a, size_t a_stride,
+                                   size_t nv, float *out, size_t ldo);
 
 typedef struct el_kernels {
     const char *name;
@@ -23,6 +29,7 @@ typedef struct el_kernels {
     void (*axpy_f32)(size_t n, float alpha, const float *x, float *y);
     el_vec_dot_nv_fn vec_dot_nv[EL_TYPE_COUNT];    /* by weight type; after the fields above so
                                                       tests/test_simd.py's mirror of the prefix holds */
+    el_vec_dot_tile_fn vec_dot_tile[EL_TYPE_COUNT];
 } el_kernels;
 
 /* The active table (initialised on first use, best ISA unless EDGELLAMA_ISA says otherwise). */

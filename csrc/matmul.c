@@ -58,7 +58,8 @@ void el_quantize_act(el_pool *pool, int wtype, const float *x, size_t cols, size
 
 typedef struct {
     el_vec_dot_fn dot;
-    el_vec_dot_nv_fn dot_nv; /* NULL: loop over dot */
+    el_vec_dot_nv_fn dot_nv;     /* NULL: loop over dot */
+    el_vec_dot_tile_fn dot_tile; /* NULL: rows one at a time */
     const char *w;
     size_t w_row, a_row, rows, cols, n_vec, ldy;
     size_t rows_per_item, vecs_per_item, n_vb;
@@ -67,7 +68,7 @@ typedef struct {
 } mm_task;
 
 /* Batches: a block of weight rows stays in L1 while groups of EL_NV_MAX activation rows pass over
- * it; an item is (row block, vector block). Matvec: an item is a run of rows. Either way every
+ * it (EL_TILE_ROWS rows at a time where the ISA has a tile kernel); an item is (row block, vector block). Matvec: an item is a run of rows. Either way every
  * output is one vec_dot (or a vec_dot_nv lane with its bits), so any split gives the same result. */
 #define MM_ROW_BLOCK 16
 #define MM_VEC_BLOCK 64
@@ -86,7 +87,16 @@ static void mm_item(void *p, size_t item, size_t n_items) {
         const size_t nv = v1 - v < EL_NV_MAX ? v1 - v : EL_NV_MAX;
         const char *a = t->act + v * t->a_row;
         float *yv = t->y + v * t->ldy;
-        for (size_t r = r0; r < r1; r++) {
+        size_t r = r0;
+        if (t->dot_tile && nv > 1) {
+            for (; r + EL_TILE_ROWS <= r1; r += EL_TILE_ROWS) {
+                float out[EL_TILE_ROWS * EL_NV_MAX];
+                t->dot_tile(t->cols, t->w + r * t->w_row, t->w_row, a, t->a_row, nv, out, EL_NV_MAX);
+                for (size_t i = 0; i < EL_TILE_ROWS; i++)
+                    for (size_t j = 0; j < nv; j++) yv[j * t->ldy + r + i] = out[i * EL_NV_MAX + j];
+            }
+        }
+        for (; r < r1; r++) {
             const char *wr = t->w + r * t->w_row;
             if (t->dot_nv && nv > 1) {
                 float out[EL_NV_MAX];
@@ -103,7 +113,7 @@ void el_matmul_act(el_pool *pool, int wtype, const void *w, size_t rows, size_t 
                    size_t n_vec, float *y, size_t ldy) {
     const el_kernels *k = el_kern();
     const int nth = pool ? el_pool_threads(pool) : 1;
-    mm_task t = {k->vec_dot[wtype], k->vec_dot_nv[wtype], w, el_row_bytes(wtype, cols), el_act_bytes(wtype, cols, 1),
+    mm_task t = {k->vec_dot[wtype], k->vec_dot_nv[wtype], k->vec_dot_tile[wtype], w, el_row_bytes(wtype, cols), el_act_bytes(wtype, cols, 1),
                  rows, cols, n_vec, ldy, 0, 0, 1, act, y};
     if (n_vec == 1) {
         /* about 8 items per thread: a thread that is descheduled holds up at most one of them */

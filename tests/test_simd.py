@@ -67,6 +67,8 @@ typedef struct {
     void (*axpy_f16)(size_t n, float alpha, const uint16_t *x, float *y);
     void (*axpy_f32)(size_t n, float alpha, const float *x, float *y);
     void (*vec_dot_nv[31])(size_t n, const void *w, const void *a, size_t a_stride, size_t nv, float *out);
+    void (*vec_dot_tile[31])(size_t n, const void *w, size_t w_stride, const void *a, size_t a_stride, size_t nv,
+                             float *out, size_t ldo);
 } el_kernels;
 const el_kernels *el_kern(void);
 void el_quantize_act(void *pool, int wtype, const float *x, size_t cols, size_t n_vec, void *act);
@@ -400,6 +402,35 @@ def test_vec_dot_nv_lanes_equal_vec_dot_bits(simd_isa: str, internal: Any, wtype
             single = np.array([kernels.vec_dot(wtype, w, a, n) for a in acts[:nv]], np.float32)
             assert out.tobytes() == single.tobytes(), f"{T(wtype).name} n={n} nv={nv}: {out} vs {single}"
             assert np.all(np.isfinite(out)) and np.any(out != 0)
+
+
+EL_TILE_ROWS = 2
+
+
+@pytest.mark.parametrize("wtype", NV_TYPES, ids=lambda t: T(t).name)
+def test_vec_dot_tile_outputs_equal_vec_dot_bits(simd_isa: str, internal: Any, wtype: int) -> None:
+    ffi, lib = internal
+    kernels.set_isa(simd_isa)
+    k = lib.el_kern()
+    if k.vec_dot_tile[wtype] == ffi.NULL:
+        pytest.skip(f"{simd_isa} has no {T(wtype).name} tile")
+    rng = np.random.default_rng(int(wtype) + 800)
+    for n in sizes_for(wtype):
+        ws = [random_blocks(wtype, n, rng) for _ in range(EL_TILE_ROWS)]
+        acts = [activations(wtype, rng.standard_normal(n).astype(np.float32)).view(np.uint8) for _ in range(EL_NV_MAX)]
+        w_stride, a_stride = ws[0].size + 3, acts[0].size + 1
+        wbuf = np.zeros(w_stride * EL_TILE_ROWS, np.uint8)
+        abuf = np.zeros(a_stride * EL_NV_MAX, np.uint8)
+        for i, w in enumerate(ws):
+            wbuf[i * w_stride : i * w_stride + w.size] = w
+        for j, a in enumerate(acts):
+            abuf[j * a_stride : j * a_stride + a.size] = a
+        for nv in range(1, EL_NV_MAX + 1):
+            out = np.zeros((EL_TILE_ROWS, EL_NV_MAX), np.float32)
+            k.vec_dot_tile[wtype](n, ffi.from_buffer(wbuf), w_stride, ffi.from_buffer(abuf), a_stride, nv,
+                                  ffi.from_buffer("float[]", out), EL_NV_MAX)
+            single = np.array([[kernels.vec_dot(wtype, w, a, n) for a in acts[:nv]] for w in ws], np.float32)
+            assert out[:, :nv].tobytes() == single.tobytes(), f"{T(wtype).name} n={n} nv={nv}"
 
 
 @pytest.mark.parametrize("wtype", [*NV_TYPES, T.Q5_K, T.F16], ids=lambda t: T(t).name)

@@ -16,29 +16,25 @@ EL_AVX512 static inline __m512i join256(__m256i lo, __m256i hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-/* ---- Q8_0 / Q5_0 x Q8_0: two blocks per zmm ----
- * A weight block becomes signed values w; vpdpbusd takes |w| (unsigned, so |-128| = 128 is still
- * exact) against the activations negated where w < 0 (one masked subtract per activation pair). */
+/* ---- Q8_0 / Q5_0 x Q8_0: two blocks per zmm, NR weight rows x NV activation rows per call ----
+ * A weight block becomes signed values w (Q5_0: nibble + 16 h - 16). vpdpbusd wants u8 x s8, so
+ * the activations go unsigned as a + 128 (one xor per activation pair, shared by the NR rows) and
+ * the accumulator starts at -128 sum(w) (once per weight pair, shared by the NV activations):
+ * sum((a + 128) w) - 128 sum(w) = sum(a w), exact in int32. Floats: d = dx dy per lane, then
+ * acc += d * float(isum), pairs of blocks alternating between two accumulators per output. */
 
-/* fp16 scale pair -> (dx0, dx1, 0, 0) */
-EL_AVX512 static inline __m128 half_pair(const uint8_t *h0, const uint8_t *h1) {
-    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)(ld16(h0) | ld16(h1) << 16)));
-}
-
-/* (d0, d1) -> d0 in lanes 0-7, d1 in lanes 8-15 */
-EL_AVX512 static inline __m512 spread_pair(__m128 p) {
+/* fp16 scale pair -> (d0 in lanes 0-7, d1 in lanes 8-15) */
+EL_AVX512 static inline __m512 scale_pair16(const uint8_t *h0, const uint8_t *h1) {
+    const __m128 p = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(ld16(h0) | ld16(h1) << 16)));
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
                                  _mm512_castps128_ps512(p));
 }
 
-EL_AVX512 static inline void prep_q8_0_x2(const uint8_t *x0, const uint8_t *x1, __m512i *aw, __mmask64 *neg) {
-    const __m512i w = join256(_mm256_loadu_si256((const __m256i *)(x0 + 2)), _mm256_loadu_si256((const __m256i *)(x1 + 2)));
-    *aw = _mm512_abs_epi8(w);
-    *neg = _mm512_movepi8_mask(w);
+EL_AVX512 static inline __m512i prep_q8_0_x2(const uint8_t *x0, const uint8_t *x1) {
+    return join256(_mm256_loadu_si256((const __m256i *)(x0 + 2)), _mm256_loadu_si256((const __m256i *)(x1 + 2)));
 }
 
-/* value = nibble + 16 h - 16: subtract 16 where the high bit h is clear */
-EL_AVX512 static inline void prep_q5_0_x2(const uint8_t *x0, const uint8_t *x1, __m512i *aw, __mmask64 *neg) {
+EL_AVX512 static inline __m512i prep_q5_0_x2(const uint8_t *x0, const uint8_t *x1) {
     const __m256i q0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(x0 + 6)));
     const __m256i q1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(x1 + 6)));
     /* 128-bit lanes qs0 qs0 qs1 qs1 -> low nibbles, high nibbles of each (values 0-15, 16-31) */
@@ -47,56 +43,83 @@ EL_AVX512 static inline void prep_q5_0_x2(const uint8_t *x0, const uint8_t *x1, 
     uint32_t h0, h1;
     memcpy(&h0, x0 + 2, 4);
     memcpy(&h1, x1 + 2, 4);
+    /* subtract 16 where the high bit h is clear */
     const __mmask64 h = _cvtu64_mask64((uint64_t)h0 | (uint64_t)h1 << 32);
-    const __m512i w = _mm512_mask_sub_epi8(nib, _knot_mask64(h), nib, _mm512_set1_epi8(16));
-    *aw = _mm512_abs_epi8(w);
-    *neg = _mm512_movepi8_mask(w);
+    return _mm512_mask_sub_epi8(nib, _knot_mask64(h), nib, _mm512_set1_epi8(16));
 }
 
-/* int32 sums of 4 products per lane, as floats: lanes 0-7 block 0, 8-15 block 1 */
-EL_AVX512 static inline __m512 act_x2(__m512i aw, __mmask64 neg, const uint8_t *y0, const uint8_t *y1) {
+/* -128 * (sum of each 4 signed bytes of w): the start of vpdpbusd on a + 128 */
+EL_AVX512 static inline __m512i offset_x2(__m512i w) {
+    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), w));
+}
+
+EL_AVX512 static inline __m512i act_u8_x2(const uint8_t *y0, const uint8_t *y1) {
     const __m512i a = join256(_mm256_loadu_si256((const __m256i *)(y0 + 2)), _mm256_loadu_si256((const __m256i *)(y1 + 2)));
-    const __m512i as = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
-    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), aw, as));
+    return _mm512_xor_si512(a, _mm512_set1_epi8((char)0x80));
 }
 
-/* Blocks in pairs (i, i+1) into acc0 and (i+2, i+3) into acc1; an odd last block pairs with a zero
- * block of scale 0 (adds +0 to every lane). */
-#define EL_SYM512_PAIR(ACC, I, PAIR, WBYTES_, PREP_)                                                            \
+/* One pair of blocks at block index I (PAIR = 0: I is the odd last block, paired with a zero block
+ * of scale 0, which adds +0 to every lane) into the accumulators ACC[r][j]. */
+#define EL_SYM512_PAIR(ACC, I, PAIR, WB, PREP)                                                     \
     do {                                                                                           \
-        const uint8_t *x0 = pw + (I) * (WBYTES_), *x1 = (PAIR) ? x0 + (WBYTES_) : zero_w;          \
-        __m512i aw;                                                                                \
-        __mmask64 neg;                                                                             \
-        PREP_(x0, x1, &aw, &neg);                                                                  \
-        const __m128 fx = half_pair(x0, x1);                                                       \
+        __m512i wv[EL_TILE_ROWS], wo[EL_TILE_ROWS];                                                \
+        __m512 dx[EL_TILE_ROWS];                                                                   \
+        for (int r = 0; r < NR; r++) {                                                             \
+            const uint8_t *x0 = pw + r * ws + (I) * (WB), *x1 = (PAIR) ? x0 + (WB) : zero_w;       \
+            wv[r] = PREP(x0, x1);                                                                  \
+            wo[r] = offset_x2(wv[r]);                                                              \
+            dx[r] = scale_pair16(x0, x1);                                                          \
+        }                                                                                          \
         for (int j = 0; j < NV; j++) {                                                             \
             const uint8_t *y0 = pa + j * as + (I) * 34, *y1 = (PAIR) ? y0 + 34 : zero_a;           \
-            const __m512 d = spread_pair(_mm_mul_ps(fx, half_pair(y0, y1)));                       \
-            ACC[j] = _mm512_fmadd_ps(d, act_x2(aw, neg, y0, y1), ACC[j]);                          \
+            const __m512i au = act_u8_x2(y0, y1);                                                  \
+            const __m512 dy = scale_pair16(y0, y1);                                                \
+            for (int r = 0; r < NR; r++) {                                                         \
+                const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(wo[r], au, wv[r]));        \
+                ACC[r][j] = _mm512_fmadd_ps(_mm512_mul_ps(dx[r], dy), f, ACC[r][j]);               \
+            }                                                                                      \
         }                                                                                          \
     } while (0)
 
+/* out[r * ldo + j] = row r . activation row j; NR = NV = 1 is vec_dot, NR = 1 vec_dot_nv */
 #define EL_DOT_SYM512(NAME, WBYTES, PREP)                                                          \
-    EL_AVX512 EL_FORCE_INLINE void NAME##_impl(size_t n, const void *w, const void *a, size_t as,  \
-                                               const int NV, float *out) {                        \
+    EL_AVX512 EL_FORCE_INLINE void NAME##_tile(size_t n, const void *w, size_t ws, const int NR,   \
+                                               const void *a, size_t as, const int NV, float *out, \
+                                               size_t ldo) {                                      \
         static const uint8_t zero_w[WBYTES], zero_a[34];                                           \
         const uint8_t *pw = w, *pa = a;                                                            \
         const size_t nb = n / 32;                                                                  \
-        __m512 acc0[EL_NV_MAX], acc1[EL_NV_MAX];                                                   \
-        for (int j = 0; j < NV; j++) acc0[j] = acc1[j] = _mm512_setzero_ps();                      \
+        __m512 acc0[EL_TILE_ROWS][EL_NV_MAX];                       \
+        for (int r = 0; r < NR; r++)                                                               \
+            for (int j = 0; j < NV; j++) acc0[r][j] = _mm512_setzero_ps();            \
         size_t i = 0;                                                                              \
         for (; i + 4 <= nb; i += 4) {                                                              \
-            EL_SYM512_PAIR(acc0, i, 1, WBYTES, PREP);                                                            \
-            EL_SYM512_PAIR(acc1, i + 2, 1, WBYTES, PREP);                                                        \
+            EL_SYM512_PAIR(acc0, i, 1, WBYTES, PREP);                                              \
+            EL_SYM512_PAIR(acc0, i + 2, 1, WBYTES, PREP);                                          \
         }                                                                                          \
         if (i + 2 <= nb) {                                                                         \
-            EL_SYM512_PAIR(acc0, i, 1, WBYTES, PREP);                                                            \
+            EL_SYM512_PAIR(acc0, i, 1, WBYTES, PREP);                                              \
             i += 2;                                                                                \
         }                                                                                          \
-        if (i < nb) EL_SYM512_PAIR(acc1, i, 0, WBYTES, PREP);                                                    \
-        for (int j = 0; j < NV; j++) out[j] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j], acc1[j])); \
+        if (i < nb) EL_SYM512_PAIR(acc0, i, 0, WBYTES, PREP);                                      \
+        for (int r = 0; r < NR; r++)                                                               \
+            for (int j = 0; j < NV; j++)                                                           \
+                out[r * ldo + j] = _mm512_reduce_add_ps(acc0[r][j]);    \
     }                                                                                              \
-    EL_NV_ENTRIES(EL_AVX512, NAME, NAME##_impl)
+    EL_AVX512 EL_FORCE_INLINE void NAME##_impl(size_t n, const void *w, const void *a, size_t as,  \
+                                               const int NV, float *out) {                        \
+        NAME##_tile(n, w, 0, 1, a, as, NV, out, 0);                                                \
+    }                                                                                              \
+    EL_NV_ENTRIES(EL_AVX512, NAME, NAME##_impl)                                                    \
+    EL_AVX512 static void NAME##_tile2(size_t n, const void *w, size_t ws, const void *a, size_t as, \
+                                       size_t nv, float *out, size_t ldo) {                       \
+        switch (nv) {                                                                              \
+        case 1: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 1, out, ldo); break;                    \
+        case 2: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 2, out, ldo); break;                    \
+        case 3: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 3, out, ldo); break;                    \
+        default: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 4, out, ldo); break;                   \
+        }                                                                                          \
+    }
 
 EL_DOT_SYM512(vec_dot_q8_0_avx512, 34, prep_q8_0_x2)
 EL_DOT_SYM512(vec_dot_q5_0_avx512, 22, prep_q5_0_x2)
@@ -194,14 +217,16 @@ EL_AVX512 EL_FORCE_INLINE void q6_K_impl512(size_t n, const void *w, const void 
 }
 EL_NV_ENTRIES(EL_AVX512, vec_dot_q6_K_avx512, q6_K_impl512)
 
-/* Replaces the AVX2 entries of the types above (vec_dot and vec_dot_nv together, as dispatch.h
+/* Replaces the AVX2 entries of the types above (vec_dot, vec_dot_nv, vec_dot_tile together, as dispatch.h
  * requires); every other type keeps the AVX2 kernels el_kernels_fill_avx2 installed. */
 void el_kernels_fill_avx512(el_kernels *k) {
     k->name = "avx512";
     k->vec_dot[EL_TYPE_Q8_0] = vec_dot_q8_0_avx512;
     k->vec_dot_nv[EL_TYPE_Q8_0] = vec_dot_q8_0_avx512_nv;
+    k->vec_dot_tile[EL_TYPE_Q8_0] = vec_dot_q8_0_avx512_tile2;
     k->vec_dot[EL_TYPE_Q5_0] = vec_dot_q5_0_avx512;
     k->vec_dot_nv[EL_TYPE_Q5_0] = vec_dot_q5_0_avx512_nv;
+    k->vec_dot_tile[EL_TYPE_Q5_0] = vec_dot_q5_0_avx512_tile2;
     k->vec_dot[EL_TYPE_Q4_K] = vec_dot_q4_K_avx512;
     k->vec_dot_nv[EL_TYPE_Q4_K] = vec_dot_q4_K_avx512_nv;
     k->vec_dot[EL_TYPE_Q6_K] = vec_dot_q6_K_avx512;

@@ -530,15 +530,15 @@ static void test_matmul(rng_t *r) {
 
 /* ------------------------------------------------------------------ batches: bit-identical to single rows */
 
-/* Every lane of vec_dot_nv carries the bits of the same table's vec_dot (the contract in
- * dispatch.h): activation rows at an odd stride and address, every nv up to EL_NV_MAX. */
+/* Every lane of vec_dot_nv and of vec_dot_tile carries the bits of the same table's vec_dot (the
+ * contract in dispatch.h): rows at odd strides and addresses, every nv up to EL_NV_MAX. */
 static void test_vec_dot_nv(rng_t *r) {
     for (int k = 0; k < g_n_isas; k++) {
         use_isa(g_isas[k]);
         const el_kernels *K = el_kern();
         for (size_t ti = 0; ti < N_TYPES; ti++) {
             const int wt = g_types[ti], at = el_vec_dot_type(wt);
-            if (!K->vec_dot_nv[wt]) continue;
+            if (!K->vec_dot_nv[wt] && !K->vec_dot_tile[wt]) continue;
             size_t ns[4];
             const size_t nn = sizes_for(wt, ns);
             for (size_t si = 0; si < nn; si++) {
@@ -547,7 +547,7 @@ static void test_vec_dot_nv(rng_t *r) {
                 uint8_t *w = wbuf + 1, *a = abuf + 1;
                 fill_row(r, wt, w, n);
                 for (size_t j = 0; j < EL_NV_MAX; j++) fill_row(r, at, a + j * stride, n);
-                for (size_t nv = 1; nv <= EL_NV_MAX; nv++) {
+                for (size_t nv = 1; nv <= EL_NV_MAX && K->vec_dot_nv[wt]; nv++) {
                     float out[EL_NV_MAX];
                     K->vec_dot_nv[wt](n, w, a, stride, nv, out);
                     for (size_t j = 0; j < nv; j++) {
@@ -556,6 +556,23 @@ static void test_vec_dot_nv(rng_t *r) {
                               "vec_dot_nv %s n=%zu nv=%zu lane %zu isa=%s: %.9g != vec_dot %.9g", tname(wt), n, nv, j,
                               g_isas[k], out[j], one);
                     }
+                }
+                if (K->vec_dot_tile[wt]) {
+                    /* the tile: EL_TILE_ROWS rows at a stride of wb + 1 against the same rows */
+                    uint8_t *tbuf = xmalloc((wb + 1) * EL_TILE_ROWS);
+                    for (size_t i = 0; i < EL_TILE_ROWS; i++) fill_row(r, wt, tbuf + i * (wb + 1), n);
+                    for (size_t nv = 1; nv <= EL_NV_MAX; nv++) {
+                        float out[EL_TILE_ROWS * EL_NV_MAX + 1];
+                        K->vec_dot_tile[wt](n, tbuf, wb + 1, a, stride, nv, out, nv + 1);
+                        for (size_t i = 0; i < EL_TILE_ROWS; i++)
+                            for (size_t j = 0; j < nv; j++) {
+                                const float one = K->vec_dot[wt](n, tbuf + i * (wb + 1), a + j * stride);
+                                check(memcmp(&one, &out[i * (nv + 1) + j], sizeof one) == 0,
+                                      "vec_dot_tile %s n=%zu nv=%zu [%zu][%zu] isa=%s: %.9g != vec_dot %.9g", tname(wt), n,
+                                      nv, i, j, g_isas[k], out[i * (nv + 1) + j], one);
+                            }
+                    }
+                    free(tbuf);
                 }
                 free(wbuf);
                 free(abuf);
