@@ -125,8 +125,20 @@ EL_DOT_SYM512(vec_dot_q8_0_avx512, 34, prep_q8_0_x2)
 EL_DOT_SYM512(vec_dot_q5_0_avx512, 22, prep_q5_0_x2)
 
 /* ---- K-quants x Q8_K ----
- * One zmm = two sub-blocks of the weight against 64 contiguous activation bytes; vpdpbusd sums
- * groups of 4, vpmulld applies the sub-block scale (every 4-group lies in one sub-block). */
+ * One zmm = 64 weight values against 64 contiguous activation bytes: vpmaddubsw makes exact int16
+ * pair sums (|u a| <= 2 * 63 * 127), then VNNI's vpdpwssd multiplies them by the int16 sub-block
+ * scale and adds into int32 in one step (AVX2 needs vpmaddwd and vpaddd). */
+
+/* int16 lanes 0-15 = a, 16-31 = b */
+EL_AVX512 static inline __m512i rep16(int a, int b) {
+    const int x = (a & 0xffff) * 0x10001, y = (b & 0xffff) * 0x10001;
+    return _mm512_setr_epi32(x, x, x, x, x, x, x, x, y, y, y, y, y, y, y, y);
+}
+/* int16 lanes 8k..8k+7 = a + k, k < 4 */
+EL_AVX512 static inline __m512i rep8(int a) {
+    const int w = a * 0x10001, x = (a + 1) * 0x10001, y = (a + 2) * 0x10001, z = (a + 3) * 0x10001;
+    return _mm512_setr_epi32(w, w, w, w, x, x, x, x, y, y, y, y, z, z, z, z);
+}
 
 EL_AVX512 EL_FORCE_INLINE void q4_K_impl512(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
     const uint8_t *pw = w, *pa = a;
@@ -138,8 +150,8 @@ EL_AVX512 EL_FORCE_INLINE void q4_K_impl512(size_t n, const void *w, const void 
         const uint8_t *x = pw + i * sizeof(block_q4_K);
         const float xd = el_h2f(x), xmin = el_h2f(x + 2);
         const __m256i scmn = unpack_scales_mins_k4(x + 4);
-        /* int32 scales 0..7; chunk j uses scale 2j on lanes 0-7 and 2j+1 on lanes 8-15 */
-        const __m512i sc32 = _mm512_castsi256_si512(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(scmn)));
+        /* int16 scales 0..7 in the low 128 bits; chunk j uses 2j on int16 lanes 0-15, 2j+1 on 16-31 */
+        const __m512i sc16 = _mm512_castsi256_si512(scmn);
         __m512i s[EL_NV_MAX];
         for (int v = 0; v < NV; v++) {
             const uint8_t *y = pa + v * as + i * Q8K_BYTES;
@@ -150,12 +162,10 @@ EL_AVX512 EL_FORCE_INLINE void q4_K_impl512(size_t n, const void *w, const void 
             const __m256i qb = _mm256_loadu_si256((const __m256i *)(x + 16 + 32 * j));
             /* low nibbles (sub-block 2j) in the low half, high nibbles (2j+1) in the high half */
             const __m512i q = _mm512_and_si512(_mm512_srlv_epi64(join256(qb, qb), shift_hi), m4);
-            const __m512i sc = _mm512_permutexvar_epi32(
-                _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), _mm512_set1_epi32(2 * j)), sc32);
+            const __m512i sc = _mm512_permutexvar_epi16(rep16(2 * j, 2 * j + 1), sc16);
             for (int v = 0; v < NV; v++) {
                 const uint8_t *q8 = pa + v * as + i * Q8K_BYTES + Q8K_QS + 64 * j;
-                const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, loadu512(q8));
-                s[v] = _mm512_add_epi32(s[v], _mm512_mullo_epi32(d, sc));
+                s[v] = _mm512_dpwssd_epi32(s[v], _mm512_maddubs_epi16(q, loadu512(q8)), sc);
             }
         }
         for (int v = 0; v < NV; v++) {
@@ -175,14 +185,13 @@ EL_NV_ENTRIES(EL_AVX512, vec_dot_q4_K_avx512, q4_K_impl512)
 EL_AVX512 EL_FORCE_INLINE void q6_K_impl512(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
     const uint8_t *pw = w, *pa = a;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
-    const __m512i rep4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     __m512 acc[EL_NV_MAX];
     for (int v = 0; v < NV; v++) acc[v] = _mm512_setzero_ps();
     for (size_t i = 0; i < n / QK_K; i++) {
         const uint8_t *x = pw + i * sizeof(block_q6_K);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)(x + 192));
         const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-        const __m512i sc32 = _mm512_cvtepi8_epi32(sc8);
+        const __m512i sc16z = _mm512_castsi256_si512(sc16);
         __m512i s[EL_NV_MAX];
         for (int v = 0; v < NV; v++) {
             const uint8_t *y = pa + v * as + i * Q8K_BYTES;
@@ -198,13 +207,13 @@ EL_AVX512 EL_FORCE_INLINE void q6_K_impl512(size_t n, const void *w, const void 
             const __m512i u01 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(hq, m2), 4));
             const __m512i u23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
                                                 _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hq, 4), m2), 4));
-            const __m512i sc_a = _mm512_permutexvar_epi32(_mm512_add_epi32(rep4, _mm512_set1_epi32(8 * c)), sc32);
-            const __m512i sc_b = _mm512_permutexvar_epi32(_mm512_add_epi32(rep4, _mm512_set1_epi32(8 * c + 4)), sc32);
+            /* 16-value sub-blocks: 8 int16 pair sums each */
+            const __m512i sc_a = _mm512_permutexvar_epi16(rep8(8 * c), sc16z);
+            const __m512i sc_b = _mm512_permutexvar_epi16(rep8(8 * c + 4), sc16z);
             for (int v = 0; v < NV; v++) {
                 const uint8_t *q8 = pa + v * as + i * Q8K_BYTES + Q8K_QS + 128 * c;
-                const __m512i da = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u01, loadu512(q8));
-                const __m512i db = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u23, loadu512(q8 + 64));
-                s[v] = _mm512_add_epi32(s[v], _mm512_add_epi32(_mm512_mullo_epi32(da, sc_a), _mm512_mullo_epi32(db, sc_b)));
+                s[v] = _mm512_dpwssd_epi32(s[v], _mm512_maddubs_epi16(u01, loadu512(q8)), sc_a);
+                s[v] = _mm512_dpwssd_epi32(s[v], _mm512_maddubs_epi16(u23, loadu512(q8 + 64)), sc_b);
             }
         }
         const float xd = el_h2f(x + 208);
