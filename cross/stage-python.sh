@@ -1,6 +1,6 @@
 #!/bin/sh
 # stage-python.sh - lays out what the emulated arm64 Python needs on its PYTHONPATH, in
-# build/py-aarch64/: site/ = the aarch64 wheel unpacked (rebuilt by cross/build-wheel.sh when any
+# build/py-aarch64/: site/ = the aarch64 wheel installed by pip --target (rebuilt by cross/build-wheel.sh when any
 # package or C source is newer than it), hostpure/ = the host's pure-Python gguf and yaml packages
 # (.py files only: gguf-py is pure Python on numpy, and yaml falls back to pure Python without its
 # C extension), which some tests use as their independent reference.
@@ -24,9 +24,12 @@ if [ "$stale" = yes ]; then
     "$root/cross/build-wheel.sh" "$root/dist" >&2
 fi
 
+# Installed by pip (the host's, told the target's tags), as a user's pip would on the Pi: this also
+# proves the wheel's name, tags and RECORD are acceptable to a real installer.
 rm -rf "$stage/site"
-mkdir -p "$stage/site"
-python3 -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" "$wheel" "$stage/site"
+PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --disable-pip-version-check --no-deps --no-compile \
+    --target "$stage/site" --platform linux_aarch64 --python-version 3.11 --implementation cp --abi cp311 \
+    --only-binary=:all: "$wheel" >&2
 
 # The host's packages, located by the host's Python; missing ones are simply not staged (the tests
 # that need them then skip or are left out of the emulated subset).
