@@ -450,3 +450,25 @@ def test_batched_matmul_rows_equal_single_row_matmuls(simd_isa: str, wtype: int)
         pool.close()
     assert batch.tobytes() == single.tobytes()
     assert np.any(batch != 0)
+
+
+# ---- ISA choice ----
+
+
+@pytest.mark.parametrize("want", ["avx2", "avx512", "scalar"])
+def test_edgellama_isa_selects_that_isa_at_start(want: str) -> None:
+    """EDGELLAMA_ISA picks the table before any call (a fresh process); without it the best one wins."""
+    import subprocess
+    import sys
+
+    if not kernels.isa_available(want):
+        pytest.skip(f"ISA {want} not available on this CPU/build")
+    code = "from edgellama import kernels; print(kernels.isa())"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(edgellama.__file__)))
+    env = dict(os.environ, EDGELLAMA_ISA=want, PYTHONPATH=root)
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert got.stdout.strip() == want
+    env.pop("EDGELLAMA_ISA")
+    best = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    order = [i for i in ("neon-dotprod", "neon", "avx512", "avx2", "scalar") if kernels.isa_available(i)]
+    assert best.stdout.strip() == order[0]
