@@ -400,7 +400,7 @@ def print_report(result: dict[str, Any]) -> None:
                   f"{e['cpu_pct_mean']:.0f} / {ll['cpu_pct_mean']:.0f} | {target} |")
     for meta in result["speed_meta"]:
         a, b = meta["loadavg_start"], meta["loadavg_end"]
-        busy = "  (host busy: figures are noisy)" if max(a[0], b[0]) > 0.5 * m["ncpu"] else ""
+        busy = "  (host busy: figures are noisy)" if max(a[0], b[0]) > m["ncpu"] + 0.5 else ""
         print(f"load average, -t {meta['threads']}: {a[0]:.2f} {a[1]:.2f} {a[2]:.2f} before, "
               f"{b[0]:.2f} {b[1]:.2f} {b[2]:.2f} after{busy}")
     rss = result.get("rss")
