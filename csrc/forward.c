@@ -91,7 +91,7 @@ int el_model_eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, fl
         invalidate(m);
         mm(m, &L->w_gate, m->xn, n, m->g);
         mm(m, &L->w_up, m->xn, n, m->u);
-        if (d->act == EL_ACT_GELU) el_gelu(m->g, n * F);
+        if (d->act == EL_ACT_GELU) el_gelu_lut(m->g, n * F, m->gelu_table);
         else el_silu(m->g, n * F);
         el_mul(m->g, m->g, m->u, n * F);
         invalidate(m);

@@ -105,6 +105,7 @@ static void scratch_sizes(const el_model_desc *d, int32_t n_ctx, int32_t n_batch
     sizes[i++] = B * HD * 4;                    /* cs: rope cos/sin per token */
     sizes[i++] = B * 4;                         /* q_pos */
     sizes[i++] = el_attention_scratch_floats((size_t)max_slots, HD, n_threads) * 4;
+    sizes[i++] = d->act == EL_ACT_GELU ? 65536 * sizeof(el_half) : 0; /* gelu_table */
     for (int k = 0; k < ACT_KINDS; k++) sizes[i++] = max_act(d, k, B);
 }
 
@@ -182,6 +183,8 @@ int el_model_create(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int
     m->x = bufs[0]; m->xn = bufs[1]; m->q = bufs[2]; m->k = bufs[3]; m->v = bufs[4]; m->att = bufs[5];
     m->o = bufs[6]; m->g = bufs[7]; m->u = bufs[8]; m->cs = bufs[9]; m->q_pos = bufs[10];
     m->attn_scratch = bufs[11];
+    m->gelu_table = bufs[12];
+    if (desc->act == EL_ACT_GELU) el_gelu_table_fill(m->gelu_table);
     for (int k = 0; k < ACT_KINDS; k++) m->act[k] = bufs[EL_SCRATCH_BUFS + k];
     *out = m;
     return EL_OK;

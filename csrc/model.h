@@ -4,6 +4,7 @@
 #define EL_MODEL_H
 
 #include "edgellama.h"
+#include "fp16.h"
 #include "pool.h"
 
 enum { ACT_F32, ACT_Q8_0, ACT_Q8_1, ACT_Q8_K, ACT_KINDS };
@@ -17,7 +18,7 @@ typedef struct {
     int32_t n_used;   /* slots [0, n_used) may hold data; attention scans only those */
 } kv_layer;
 
-#define EL_SCRATCH_BUFS 12
+#define EL_SCRATCH_BUFS 13
 
 struct el_model {
     el_model_desc d;
@@ -31,6 +32,7 @@ struct el_model {
     float *x, *xn, *q, *k, *v, *att, *o, *g, *u, *cs;
     int32_t *q_pos;
     float *attn_scratch;
+    el_half *gelu_table;             /* GELU of every fp16 value (Gemma), filled at creation */
     void *act[ACT_KINDS];
     const float *act_src[ACT_KINDS]; /* which input an activation buffer holds (NULL = stale) */
     void *block;                     /* the single allocation behind all scratch */

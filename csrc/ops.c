@@ -82,6 +82,20 @@ void el_gelu(float *x, size_t n) {
     }
 }
 
+void el_gelu_table_fill(el_half *table) {
+    for (uint32_t i = 0; i < 65536; i++)
+        table[i] = el_fp32_to_fp16(gelu_f32(el_fp16_to_fp32((el_half)i)));
+}
+
+/* el_gelu through the model's table: the same numbers, one lookup per element */
+void el_gelu_lut(float *x, size_t n, const el_half *table) {
+    for (size_t i = 0; i < n; i++) {
+        const float v = x[i];
+        if (v <= -10.0f) x[i] = 0.0f;
+        else if (v < 10.0f) x[i] = el_fp16_to_fp32(table[el_fp32_to_fp16(v)]);
+    }
+}
+
 void el_add(float *y, const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }

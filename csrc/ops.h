@@ -5,10 +5,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fp16.h"
+
 #define EL_MAX_HEAD_DIM 512
 
 /* cs[2i], cs[2i+1] = cos, sin of the i-th rotation angle at pos. */
 void el_rope_cache(float *cs, size_t n_rot, int32_t pos, float freq_base, float freq_scale);
+/* GELU via a 65536-entry fp16 table (held by the model, not global): bit-identical to el_gelu. */
+void el_gelu_table_fill(el_half *table);
+void el_gelu_lut(float *x, size_t n, const el_half *table);
 void el_rope_apply(float *x, size_t n_head, size_t head_dim, size_t n_rot, const float *cs, int neox);
 
 #endif
