@@ -40,6 +40,24 @@ static void add_bias(float *y, const el_tensor *b, size_t n, size_t dim) {
     for (size_t i = 0; i < n; i++) el_add(y + i * dim, y + i * dim, (const float *)b->data, dim);
 }
 
+/* g = act(g) * u, row by row over the pool: element-wise, so the split cannot change a bit */
+typedef struct { el_model *m; size_t F; } glu_task;
+
+static void glu_row(void *p, size_t i, size_t n) {
+    const glu_task *t = p;
+    float *g = t->m->g + i * t->F;
+    if (t->m->d.act == EL_ACT_GELU) el_gelu_lut(g, t->F, t->m->gelu_table);
+    else el_silu(g, t->F);
+    el_mul(g, g, t->m->u + i * t->F, t->F);
+    (void)n;
+}
+
+static void glu(el_model *m, size_t n, size_t F) {
+    glu_task t = {m, F};
+    if (n == 1) glu_row(&t, 0, 1);
+    else el_pool_for(m->pool, n, glu_row, &t);
+}
+
 int el_model_eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, float *logits, int all_logits) {
     if (!m || !tokens || !logits || n == 0 || n > (size_t)m->n_batch || pos0 < 0) return EL_EINVAL;
     if ((int64_t)pos0 + (int64_t)n > m->n_ctx) return EL_ECTX;
@@ -91,9 +109,7 @@ int el_model_eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, fl
         invalidate(m);
         mm(m, &L->w_gate, m->xn, n, m->g);
         mm(m, &L->w_up, m->xn, n, m->u);
-        if (d->act == EL_ACT_GELU) el_gelu_lut(m->g, n * F, m->gelu_table);
-        else el_silu(m->g, n * F);
-        el_mul(m->g, m->g, m->u, n * F);
+        glu(m, n, F);
         invalidate(m);
         mm(m, &L->w_down, m->g, n, m->o);
         if (L->ffn_post_norm.data) norm_rows(m->o, m->o, &L->ffn_post_norm, n, E, d->norm_eps);
