@@ -75,6 +75,7 @@ static int isa_ok(const cpu_caps *c, const char *name) {
 static void fill(el_kernels *k, const char *name) {
     memset(k, 0, sizeof *k);
     el_kernels_fill_scalar(k);
+    (void)name; /* only scalar exists on other architectures (armhf) */
 #ifdef EL_X86
     if (strcmp(name, "avx2") == 0) el_kernels_fill_avx2(k);
     if (strcmp(name, "avx512") == 0) {

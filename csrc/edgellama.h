@@ -56,7 +56,7 @@ int el_quantize(int type, const float *src, size_t n, void *dst, size_t dst_byte
 int el_vec_dot(int wtype, size_t n, const void *w, size_t w_bytes, const void *a, size_t a_bytes, float *out);
 
 /* ---- CPU feature dispatch ---- */
-const char *el_isa_name(void);         /* "scalar", "avx2", "neon", "neon-dotprod" */
+const char *el_isa_name(void);         /* "scalar", "avx2", "avx512", "neon", "neon-dotprod" */
 int el_isa_set(const char *name);      /* EL_EUNSUPPORTED if this CPU/build lacks it; NULL = best */
 int el_isa_available(const char *name);
 const char *el_cpu_features(void);     /* space separated feature names seen at run time */
