@@ -45,7 +45,7 @@ def test_generating_4x_the_context_keeps_memory_flat_and_the_decode_loop_allocat
         prompt = llm.tokenizer.encode("Once upon a time, in a small village by the sea,")
         sampler = Sampler(SamplerParams(temp=0.8, seed=3))
         samples = []
-        for i, ev in enumerate(llm.generate(prompt, sampler, 4 * 128)):
+        for i, ev in enumerate(llm.generate(prompt, sampler, 4 * 128, stop_ids=set())):
             if i >= 128 and i % 16 == 0:  # after the first shift: every buffer has been touched
                 samples.append(_rss_kb())
         assert llm.n_shifts >= 4
@@ -77,7 +77,7 @@ def test_after_shifts_logits_stay_finite_and_the_text_stays_coherent(gemma_path:
     with LLM(gemma_path, n_ctx=96, n_batch=32, n_keep=4, n_threads=2) as llm:
         prompt = llm.tokenizer.encode("The three laws of thermodynamics are")
         text = ""
-        for ev in llm.generate(prompt, Sampler(SamplerParams(temp=0.0, repeat_penalty=1.2)), 300):
+        for ev in llm.generate(prompt, Sampler(SamplerParams(temp=0.0, repeat_penalty=1.2)), 300, stop_ids=set()):
             text += ev.text
             if ev.kind == "token":
                 assert np.isfinite(llm.engine._logits).all()
