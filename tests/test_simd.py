@@ -464,11 +464,15 @@ def test_edgellama_isa_selects_that_isa_at_start(want: str) -> None:
     if not kernels.isa_available(want):
         pytest.skip(f"ISA {want} not available on this CPU/build")
     code = "from edgellama import kernels; print(kernels.isa())"
+    # the child imports the same edgellama this process did (a source tree or an installed wheel):
+    # its folder leads PYTHONPATH and is the cwd, so another copy cannot shadow it
     root = os.path.dirname(os.path.dirname(os.path.abspath(edgellama.__file__)))
-    env = dict(os.environ, EDGELLAMA_ISA=want, PYTHONPATH=root)
-    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, EDGELLAMA_ISA=want, PYTHONPATH=path)
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=root)
     assert got.stdout.strip() == want
     env.pop("EDGELLAMA_ISA")
-    best = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    best = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                          cwd=root)
     order = [i for i in ("neon-dotprod", "neon", "avx512", "avx2", "scalar") if kernels.isa_available(i)]
     assert best.stdout.strip() == order[0]
