@@ -101,6 +101,7 @@ class LLM:
             raise
         self.kv_type = kv_type
         self.n_shifts = 0
+        self.n_prompt_evaluated = 0
         self.tokens: list[int] = []  # what the KV cache holds, position i = tokens[i]
         self.load_ms = (time.perf_counter() - t0) * 1000.0
 
@@ -171,6 +172,7 @@ class LLM:
             self.tokens = self.tokens[:common]
         except KernelError:  # a windowed layer's ring no longer holds that far back: start over
             self.reset()
+        self.n_prompt_evaluated = len(prompt) - len(self.tokens)
         return self.eval(prompt[len(self.tokens):])
 
     def generate(self, prompt: list[int], sampler: Sampler, n_predict: int = -1,
@@ -180,9 +182,8 @@ class LLM:
         tm = Timings(load_ms=self.load_ms)
         stops = set(stop_ids if stop_ids is not None else self.tokenizer.eot_ids)
         t0 = time.perf_counter()
-        n_cached = len(self.tokens)
         logits = self.prefill(prompt)
-        tm.prompt_tokens = len(prompt) - min(n_cached, len(prompt) - 1) if n_cached else len(prompt)
+        tm.prompt_tokens = self.n_prompt_evaluated  # what the cache did not already hold
         tm.prompt_ms = (time.perf_counter() - t0) * 1000.0
         if on_prompt is not None:
             on_prompt()  # e.g. save the prompt cache: the KV cache holds exactly the prompt now
