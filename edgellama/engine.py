@@ -30,6 +30,11 @@ class TensorRef:
     ne1: int = 1
 
 
+# The per-layer tensors, named as the fields of LayerDesc and of the C struct el_layer.
+LAYER_TENSORS = ("attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "q_norm", "k_norm",
+                 "attn_post_norm", "ffn_norm", "w_gate", "w_up", "w_down", "ffn_post_norm")
+
+
 @dataclass
 class LayerDesc:
     attn_norm: TensorRef
@@ -120,8 +125,7 @@ def _c_desc(desc: ModelDesc) -> tuple[Any, list[Any]]:
     keep.append(layers)
     for i, L in enumerate(desc.layers):
         c = layers[i]
-        for name in ("attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "q_norm", "k_norm",
-                     "attn_post_norm", "ffn_norm", "w_gate", "w_up", "w_down", "ffn_post_norm"):
+        for name in LAYER_TENSORS:
             _fill_tensor(getattr(c, name), getattr(L, name), keep)
         c.rope_base = L.rope_base
         c.rope_scale = L.rope_scale

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from edgellama.engine import ModelDesc, plan_bytes
+from edgellama.engine import LAYER_TENSORS, ModelDesc, plan_bytes
 
 # Interpreter + numpy + cffi + the C library, measured at about 29 MiB; the vocabulary (metadata
 # strings and tokenizer tables) at about 250 bytes per token (Gemma 3: 262144 tokens, ~64 MiB).
@@ -90,8 +90,7 @@ class MemoryPlan:
 def weights_bytes(desc: ModelDesc) -> int:
     ts = [desc.tok_embd, desc.output_norm, desc.output]
     for L in desc.layers:
-        ts += [getattr(L, f) for f in ("attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "q_norm", "k_norm",
-                                       "attn_post_norm", "ffn_norm", "w_gate", "w_up", "w_down", "ffn_post_norm")]
+        ts += [getattr(L, f) for f in LAYER_TENSORS]
     return sum(int(t.data.nbytes) for t in ts if t is not None)
 
 
