@@ -22,7 +22,7 @@ typedef struct {
     float *scratch;          /* el_attention_scratch_floats() floats */
 } el_attn_args;
 
-size_t el_attention_scratch_floats(size_t n_kv, size_t head_dim, int n_threads);
+size_t el_attention_scratch_floats(size_t n_kv, size_t n_head, size_t n_head_kv, size_t head_dim, int n_threads);
 size_t el_kv_row_bytes(int kv_type, size_t head_dim); /* bytes of one head's key or value row */
 void el_attention_run(el_pool *pool, const el_attn_args *a);
 

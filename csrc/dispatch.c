@@ -77,15 +77,17 @@ static void fill(el_kernels *k, const char *name) {
     el_kernels_fill_scalar(k);
     (void)name; /* only scalar exists on other architectures (armhf) */
 #ifdef EL_X86
-    if (strcmp(name, "avx2") == 0) el_kernels_fill_avx2(k);
-    if (strcmp(name, "avx512") == 0) {
+    if (strcmp(name, "avx2") == 0 || strcmp(name, "avx512") == 0) {
         el_kernels_fill_avx2(k); /* the types avx512 does not accelerate keep their AVX2 entries */
-        el_kernels_fill_avx512(k);
+        el_kernels_fill_avx2_attention(k);
     }
+    if (strcmp(name, "avx512") == 0) el_kernels_fill_avx512(k);
 #endif
 #if defined(__aarch64__)
-    if (strcmp(name, "neon") == 0) el_kernels_fill_neon(k, 0);
-    if (strcmp(name, "neon-dotprod") == 0) el_kernels_fill_neon(k, 1);
+    if (strcmp(name, "neon") == 0 || strcmp(name, "neon-dotprod") == 0) {
+        el_kernels_fill_neon(k, strcmp(name, "neon-dotprod") == 0);
+        el_kernels_fill_neon_attention(k);
+    }
 #endif
 }
 
@@ -161,6 +163,26 @@ void el_axpy_f32_scalar(size_t n, float alpha, const float *x, float *y) {
     for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
+void el_round_f16_scalar(size_t n, const float *x, float *y) {
+    for (size_t i = 0; i < n; i++) y[i] = el_fp16_to_fp32(el_fp32_to_fp16(x[i]));
+}
+
+void el_attn_qk_f16_scalar(size_t hd, size_t g, const float *q, const void *k, size_t stride, const int32_t *idx,
+                           size_t n, float *s) {
+    for (size_t j = 0; j < n; j++) {
+        const el_half *kr = (const el_half *)((const char *)k + (size_t)idx[j] * stride);
+        for (size_t h = 0; h < g; h++) s[j * g + h] = el_dot_f32_f16_scalar(hd, q + h * hd, kr);
+    }
+}
+
+void el_attn_pv_f16_scalar(size_t hd, size_t g, const float *p, const void *v, size_t stride, const int32_t *idx,
+                           size_t n, float *o) {
+    for (size_t j = 0; j < n; j++) {
+        const el_half *vr = (const el_half *)((const char *)v + (size_t)idx[j] * stride);
+        for (size_t h = 0; h < g; h++) el_axpy_f16_scalar(hd, p[j * g + h], vr, o + h * hd);
+    }
+}
+
 void el_kernels_fill_scalar(el_kernels *k) {
     k->name = "scalar";
     for (int t = 0; t < EL_TYPE_COUNT; t++) {
@@ -172,13 +194,18 @@ void el_kernels_fill_scalar(el_kernels *k) {
     k->dot_f32_f16 = el_dot_f32_f16_scalar;
     k->axpy_f16 = el_axpy_f16_scalar;
     k->axpy_f32 = el_axpy_f32_scalar;
+    k->attn_qk_f16 = el_attn_qk_f16_scalar;
+    k->attn_pv_f16 = el_attn_pv_f16_scalar;
+    k->round_f16 = el_round_f16_scalar;
 }
 
 /* Builds without an ISA's file still link: the filler is a no-op there. */
 #if !defined(EL_X86)
 void el_kernels_fill_avx2(el_kernels *k) { (void)k; }
 void el_kernels_fill_avx512(el_kernels *k) { (void)k; }
+void el_kernels_fill_avx2_attention(el_kernels *k) { (void)k; }
 #endif
 #if !defined(__aarch64__)
 void el_kernels_fill_neon(el_kernels *k, int dotprod) { (void)k; (void)dotprod; }
+void el_kernels_fill_neon_attention(el_kernels *k) { (void)k; }
 #endif

@@ -19,6 +19,14 @@ typedef void (*el_vec_dot_nv_fn)(size_t n, const void *w, const void *a, size_t 
 typedef void (*el_vec_dot_tile_fn)(size_t n, const void *w, size_t w_stride, const void *a, size_t a_stride,
                                    size_t nv, float *out, size_t ldo);
 
+/* Attention over an F16 cache for the g query heads of one KV head (q: g x hd floats, f16-exact).
+ * Key / value row j is at base + idx[j] * stride bytes, j < n. qk: s[j * g + h] = q_h . k_j.
+ * pv: o_h += sum over j of p[j * g + h] * v_j (o: g x hd), j ascending for every output. */
+typedef void (*el_attn_qk_fn)(size_t hd, size_t g, const float *q, const void *k, size_t stride,
+                              const int32_t *idx, size_t n, float *s);
+typedef void (*el_attn_pv_fn)(size_t hd, size_t g, const float *p, const void *v, size_t stride,
+                              const int32_t *idx, size_t n, float *o);
+
 typedef struct el_kernels {
     const char *name;
     el_vec_dot_fn vec_dot[EL_TYPE_COUNT];          /* by weight type */
@@ -30,6 +38,9 @@ typedef struct el_kernels {
     el_vec_dot_nv_fn vec_dot_nv[EL_TYPE_COUNT];    /* by weight type; after the fields above so
                                                       tests/test_simd.py's mirror of the prefix holds */
     el_vec_dot_tile_fn vec_dot_tile[EL_TYPE_COUNT];
+    el_attn_qk_fn attn_qk_f16;
+    el_attn_pv_fn attn_pv_f16;
+    void (*round_f16)(size_t n, const float *x, float *y); /* y = x rounded to f16 (nearest even), exact */
 } el_kernels;
 
 /* The active table (initialised on first use, best ISA unless EDGELLAMA_ISA says otherwise). */
@@ -40,11 +51,18 @@ void el_kernels_fill_scalar(el_kernels *k);
 void el_kernels_fill_avx2(el_kernels *k);               /* x86-64 builds only */
 void el_kernels_fill_avx512(el_kernels *k);             /* x86-64 only; on top of the avx2 table */
 void el_kernels_fill_neon(el_kernels *k, int dotprod);  /* aarch64 builds only */
+void el_kernels_fill_avx2_attention(el_kernels *k);     /* arch/avx2_attention.c */
+void el_kernels_fill_neon_attention(el_kernels *k);     /* arch/neon_attention.c */
 
 /* scalar float helpers, also the references for the SIMD versions */
 float el_dot_f32_scalar(size_t n, const float *a, const float *b);
 float el_dot_f32_f16_scalar(size_t n, const float *a, const el_half *b);
 void el_axpy_f16_scalar(size_t n, float alpha, const el_half *x, float *y);
 void el_axpy_f32_scalar(size_t n, float alpha, const float *x, float *y);
+void el_round_f16_scalar(size_t n, const float *x, float *y);
+void el_attn_qk_f16_scalar(size_t hd, size_t g, const float *q, const void *k, size_t stride, const int32_t *idx,
+                           size_t n, float *s);
+void el_attn_pv_f16_scalar(size_t hd, size_t g, const float *p, const void *v, size_t stride, const int32_t *idx,
+                           size_t n, float *o);
 
 #endif

@@ -104,7 +104,7 @@ static void scratch_sizes(const el_model_desc *d, int32_t n_ctx, int32_t n_batch
     sizes[i++] = B * F * 4;                     /* u */
     sizes[i++] = B * HD * 4;                    /* cs: rope cos/sin per token */
     sizes[i++] = B * 4;                         /* q_pos */
-    sizes[i++] = el_attention_scratch_floats((size_t)max_slots, HD, n_threads) * 4;
+    sizes[i++] = el_attention_scratch_floats((size_t)max_slots, (size_t)d->n_head, (size_t)d->n_head_kv, HD, n_threads) * 4;
     sizes[i++] = d->act == EL_ACT_GELU ? 65536 * sizeof(el_half) : 0; /* gelu_table */
     for (int k = 0; k < ACT_KINDS; k++) sizes[i++] = max_act(d, k, B);
 }

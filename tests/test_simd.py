@@ -4,8 +4,8 @@ the multi-row (prefill) dots and batched matmuls bit-identical to their single-r
 
 from __future__ import annotations
 
-import glob
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -79,12 +79,13 @@ void el_quantize_act(void *pool, int wtype, const float *x, size_t cols, size_t 
 def internal() -> Any:
     from cffi import FFI
 
-    so = glob.glob(os.path.join(os.path.dirname(edgellama.__file__), "_edgellama_c*.so"))
+    # the very file Python imported (an in-place build can sit beside the installed one)
+    so = getattr(sys.modules.get("edgellama._edgellama_c"), "__file__", None)
     if not so:
         pytest.skip("extension module file not found")
     ffi = FFI()
     ffi.cdef(INTERNAL_CDEF)
-    return ffi, ffi.dlopen(so[0])
+    return ffi, ffi.dlopen(so)
 
 
 # ---- data ----

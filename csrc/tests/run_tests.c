@@ -426,6 +426,27 @@ static void test_float_kernels(rng_t *r) {
         free(y1);
         free(yr);
     }
+    /* round_f16 (q of an F16 cache): bit-exact with the scalar conversion, random bit patterns of
+     * every exponent (overflow, subnormals, ties) plus the special values; NaN stays NaN */
+    enum { NR = 4099 };
+    float *x = xmalloc(NR * sizeof(float)), *y0 = xmalloc(NR * sizeof(float)), *y1 = xmalloc(NR * sizeof(float));
+    for (size_t i = 0; i < NR; i++) {
+        uint32_t u = (uint32_t)rng_u64(r);
+        if (i % 3 == 0) u = (u & 0x80001fffu) | ((uint32_t)(100 + i % 60) << 23) | 0x1000u; /* f16 ties */
+        memcpy(&x[i], &u, 4);
+    }
+    x[0] = INFINITY, x[1] = -INFINITY, x[2] = NAN, x[3] = 65520.0f, x[4] = 65519.0f, x[5] = 0x1p-25f, x[6] = -0.0f;
+    el_round_f16_scalar(NR, x, y0);
+    for (int k = 0; k < g_n_isas; k++) {
+        use_isa(g_isas[k]);
+        el_kern()->round_f16(NR, x, y1);
+        int same = 1;
+        for (size_t i = 0; i < NR; i++) same &= isnan(y0[i]) ? isnan(y1[i]) != 0 : memcmp(&y0[i], &y1[i], 4) == 0;
+        check(same, "round_f16 isa=%s differs from the scalar conversion", g_isas[k]);
+    }
+    free(x);
+    free(y0);
+    free(y1);
     use_isa(g_auto_isa);
 }
 
@@ -769,6 +790,8 @@ static void test_ops(rng_t *r) {
 
 /* ------------------------------------------------------------------ attention */
 
+#define ATTN_MAX_HD 128
+
 typedef struct {
     size_t n_q, n_head, n_head_kv, head_dim, n_kv;
     int kv_type;
@@ -779,8 +802,9 @@ typedef struct {
     uint8_t *k, *v;
 } attn_case;
 
-static void attn_make(rng_t *r, int kv_type, size_t n_head, size_t n_head_kv, int32_t window, attn_case *c) {
-    c->n_q = 4, c->n_head = n_head, c->n_head_kv = n_head_kv, c->head_dim = 64, c->n_kv = 23;
+static void attn_make(rng_t *r, int kv_type, size_t n_head, size_t n_head_kv, int32_t window, size_t n_kv,
+                      size_t head_dim, attn_case *c) {
+    c->n_q = 4, c->n_head = n_head, c->n_head_kv = n_head_kv, c->head_dim = head_dim, c->n_kv = n_kv;
     c->kv_type = kv_type, c->window = window, c->scale = 0.125f;
     const size_t row = el_row_bytes(kv_type, c->head_dim), slot = row * n_head_kv;
     c->q = xmalloc(c->n_q * n_head * c->head_dim * sizeof(float));
@@ -790,14 +814,15 @@ static void attn_make(rng_t *r, int kv_type, size_t n_head, size_t n_head_kv, in
     c->k = xmalloc(c->n_kv * slot);
     c->v = xmalloc(c->n_kv * slot);
     rng_floats(r, c->q, c->n_q * n_head * c->head_dim, 2.0f);
-    float tmp[64];
+    float tmp[ATTN_MAX_HD];
     for (size_t j = 0; j < c->n_kv * n_head_kv; j++) {
         rng_floats(r, tmp, c->head_dim, 2.0f);
         el_quantize(kv_type, tmp, c->head_dim, c->k + j * row, row);
         rng_floats(r, tmp, c->head_dim, 1.0f);
         el_quantize(kv_type, tmp, c->head_dim, c->v + j * row, row);
     }
-    /* slots hold positions 0..21 in a shuffled order, one slot empty (-1), as a ring cache does */
+    /* slots hold positions 0..n_kv-2 in a shuffled order, one slot empty (-1), as a ring cache does */
+    const int32_t last = (int32_t)n_kv - 1;
     for (size_t j = 0; j < c->n_kv; j++) c->kv_pos[j] = (int32_t)j;
     for (size_t j = c->n_kv - 1; j > 0; j--) {
         const size_t s = rng_below(r, (uint32_t)(j + 1));
@@ -805,9 +830,9 @@ static void attn_make(rng_t *r, int kv_type, size_t n_head, size_t n_head_kv, in
         c->kv_pos[j] = c->kv_pos[s], c->kv_pos[s] = t;
     }
     for (size_t j = 0; j < c->n_kv; j++)
-        if (c->kv_pos[j] == 22) c->kv_pos[j] = -1;
-    /* early (few keys), late (all), beyond the window of every key (nothing visible: zeros) */
-    c->q_pos[0] = 3, c->q_pos[1] = 21, c->q_pos[2] = 12, c->q_pos[3] = window ? 40 : 0;
+        if (c->kv_pos[j] == last) c->kv_pos[j] = -1;
+    /* early (few keys), late (all), middle, beyond the window of every key (nothing visible: zeros) */
+    c->q_pos[0] = 3, c->q_pos[1] = last - 1, c->q_pos[2] = last / 2 + 1, c->q_pos[3] = window ? last + window + 18 : 0;
 }
 
 static void attn_free(attn_case *c) {
@@ -818,16 +843,17 @@ static void attn_free(attn_case *c) {
  * (llama.cpp converts f32 q to f16 / q8_0 before multiplying by the keys) */
 static void attn_reference(const attn_case *c, double *ref) {
     const size_t hd = c->head_dim, group = c->n_head / c->n_head_kv, row = el_row_bytes(c->kv_type, hd);
-    float qr[64], kf[64], vf[64];
-    uint8_t qq[sizeof(block_q8_0) * 2];
+    float qr[ATTN_MAX_HD], kf[ATTN_MAX_HD], vf[ATTN_MAX_HD];
+    uint8_t qq[sizeof(block_q8_0) * ATTN_MAX_HD / 32];
     double *sc = xmalloc(c->n_kv * sizeof(double));
     for (size_t i = 0; i < c->n_q; i++)
         for (size_t h = 0; h < c->n_head; h++) {
             const float *q = c->q + (i * c->n_head + h) * hd;
             if (c->kv_type == EL_TYPE_F16) for (size_t d = 0; d < hd; d++) qr[d] = el_fp16_to_fp32(el_fp32_to_fp16(q[d]));
             else if (c->kv_type == EL_TYPE_Q8_0) {
-                el_quantize(EL_TYPE_Q8_0, q, hd, qq, sizeof qq);
-                el_dequantize(EL_TYPE_Q8_0, qq, sizeof qq, qr, hd);
+                const size_t qb = el_row_bytes(EL_TYPE_Q8_0, hd);
+                check(el_quantize(EL_TYPE_Q8_0, q, hd, qq, qb) == EL_OK && el_dequantize(EL_TYPE_Q8_0, qq, qb, qr, hd) == EL_OK,
+                      "q8_0 round trip of q");
             } else memcpy(qr, q, hd * sizeof(float));
             const size_t hk = h / group;
             double mx = -INFINITY;
@@ -860,12 +886,18 @@ static void attn_reference(const attn_case *c, double *ref) {
 static void test_attention(rng_t *r) {
     static const int kv_types[] = {EL_TYPE_F16, EL_TYPE_Q8_0, EL_TYPE_F32};
     for (size_t ki = 0; ki < 3; ki++)
-        for (int variant = 0; variant < 3; variant++) {
-            /* GQA 4:2 without window, GQA 4:1 with a window of 8, plain MHA 2:2 with a window of 5 */
-            const size_t nh = variant == 2 ? 2 : 4, nkv = variant == 0 ? 2 : variant == 1 ? 1 : 2;
-            const int32_t window = variant == 0 ? 0 : variant == 1 ? 8 : 5;
+        for (int variant = 0; variant < 6; variant++) {
+            /* GQA 4:2 without window, GQA 4:1 with a window of 8, plain MHA 2:2 with a window of 5, over
+             * 23 keys (one chunk); then 700 keys (three chunks): GQA 8:2, GQA 4:1 with a window of 300,
+             * and GQA 6:1 with head_dim 40 (SIMD tails; not a Q8_0 size) */
+            static const size_t nhs[] = {4, 4, 2, 8, 4, 6}, nkvs[] = {2, 1, 2, 2, 1, 1};
+            static const int32_t windows[] = {0, 8, 5, 0, 300, 0};
+            const size_t nh = nhs[variant], nkv = nkvs[variant], n_kv = variant < 3 ? 23 : 700;
+            const size_t hd = variant == 5 ? 40 : 64;
+            const int32_t window = windows[variant];
+            if (hd % 32 && kv_types[ki] == EL_TYPE_Q8_0) continue;
             attn_case c;
-            attn_make(r, kv_types[ki], nh, nkv, window, &c);
+            attn_make(r, kv_types[ki], nh, nkv, window, n_kv, hd, &c);
             const size_t nout = c.n_q * nh * c.head_dim;
             double *ref = xmalloc(nout * sizeof(double));
             attn_reference(&c, ref);
@@ -877,21 +909,30 @@ static void test_attention(rng_t *r) {
                 check(st == EL_OK, "attention status %d", st);
                 double worst = 0;
                 for (size_t i = 0; i < nout; i++) worst = fmax(worst, fabs(c.out[i] - ref[i]));
-                check(worst <= 1e-4, "attention kv=%s heads %zu/%zu window %d isa=%s: max error %.3g > 1e-4",
-                      tname(c.kv_type), nh, nkv, window, g_isas[k], worst);
+                check(worst <= 1e-4, "attention kv=%s heads %zu/%zu window %d keys %zu hd %zu isa=%s: max error %.3g > 1e-4",
+                      tname(c.kv_type), nh, nkv, window, n_kv, hd, g_isas[k], worst);
                 if (window) { /* the last query sees nothing: exact zeros */
                     int zero = 1;
                     for (size_t i = (c.n_q - 1) * nh * c.head_dim; i < nout; i++) zero &= c.out[i] == 0.0f;
                     check(zero, "attention with no visible key is not zero");
                 }
-                /* the pooled internal entry: 1..4 threads bit-identical to the public call */
+                /* the pooled internal entry: 1..4 threads bit-identical to the public call, for all the
+                 * queries at once (prefill: queries spread) and for each query alone (decode: chunks spread) */
                 memcpy(o1, c.out, nout * sizeof(float));
                 for (int nt = 1; nt <= 4; nt++) {
-                    float *scratch = xmalloc(el_attention_scratch_floats(c.n_kv, c.head_dim, nt) * sizeof(float));
+                    float *scratch = xmalloc(el_attention_scratch_floats(c.n_kv, nh, nkv, c.head_dim, nt) * sizeof(float));
                     el_attn_args a = {c.q, c.n_q, c.q_pos, nh, nkv, c.head_dim, c.kv_type, c.k, c.v, c.kv_pos,
                                       c.n_kv, window, c.scale, c.out, scratch};
                     el_attention_run(pool_of(nt), &a);
                     check(memcmp(o1, c.out, nout * sizeof(float)) == 0, "attention with %d threads differs", nt);
+                    for (size_t i = 0; i < c.n_q; i++) {
+                        const size_t per = nh * c.head_dim;
+                        el_attn_args one = a;
+                        one.q = c.q + i * per, one.n_q = 1, one.q_pos = c.q_pos + i, one.out = c.out;
+                        el_attention_run(pool_of(nt), &one);
+                        check(memcmp(o1 + i * per, c.out, per * sizeof(float)) == 0,
+                              "attention of query %zu alone with %d threads differs", i, nt);
+                    }
                     free(scratch);
                 }
             }
@@ -1071,7 +1112,7 @@ static void golden_compute(golden_sink *g, uint64_t seed) {
     static const int kv_types[] = {EL_TYPE_F16, EL_TYPE_Q8_0, EL_TYPE_F32};
     for (size_t ki = 0; ki < 3; ki++) {
         attn_case c;
-        attn_make(&r, kv_types[ki], 4, 2, ki == 1 ? 6 : 0, &c);
+        attn_make(&r, kv_types[ki], 4, 2, ki == 1 ? 6 : 0, 23, 64, &c);
         el_attention(c.q, c.n_q, c.q_pos, 4, 2, c.head_dim, c.kv_type, c.k, c.v, c.kv_pos, c.n_kv, c.window, c.scale,
                      c.out);
         snprintf(name, sizeof name, "attention.%s", tname(kv_types[ki]));

@@ -1,0 +1,139 @@
+/* arch/neon_attention.c - attention over an F16 cache for a group of query heads (aarch64 NEON, the
+ * same on A72 and A76). Each key and value row is converted from f16 once for all the heads that
+ * share it. Results depend on the inputs only (fixed lane order), not on how the work is split. */
+#include "../dispatch.h"
+
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#include <math.h>
+
+#define EL_INLINE static inline __attribute__((always_inline))
+
+EL_INLINE float32x4_t ld4h(const el_half *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+
+/* the head and column loops must be unrolled for their accumulators to stay in registers */
+#define EL_UNROLL _Pragma("GCC unroll 4")
+
+/* GB (1..4) heads' dots with one key row: two accumulators per head keep eight FMA chains going */
+EL_INLINE void qk_row(size_t hd, const float *q, const el_half *kr, const int GB, float *s) {
+    float32x4_t a0[4], a1[4];
+    EL_UNROLL
+    for (int b = 0; b < GB; b++) a0[b] = a1[b] = vdupq_n_f32(0.0f);
+    size_t i = 0;
+    for (; i + 8 <= hd; i += 8) {
+        const float32x4_t k0 = ld4h(kr + i), k1 = ld4h(kr + i + 4);
+        EL_UNROLL
+        for (int b = 0; b < GB; b++) {
+            a0[b] = vfmaq_f32(a0[b], vld1q_f32(q + b * hd + i), k0);
+            a1[b] = vfmaq_f32(a1[b], vld1q_f32(q + b * hd + i + 4), k1);
+        }
+    }
+    if (i + 4 <= hd) {
+        const float32x4_t k0 = ld4h(kr + i);
+        EL_UNROLL
+        for (int b = 0; b < GB; b++) a0[b] = vfmaq_f32(a0[b], vld1q_f32(q + b * hd + i), k0);
+        i += 4;
+    }
+    EL_UNROLL
+    for (int b = 0; b < GB; b++) {
+        float r = vaddvq_f32(vaddq_f32(a0[b], a1[b]));
+        for (size_t t = i; t < hd; t++) r += q[b * hd + t] * el_fp16_to_fp32(kr[t]);
+        s[b] = r;
+    }
+}
+
+static void attn_qk_f16_neon(size_t hd, size_t g, const float *q, const void *k, size_t stride,
+                             const int32_t *idx, size_t n, float *s) {
+    for (size_t j = 0; j < n; j++) {
+        const el_half *kr = (const el_half *)((const char *)k + (size_t)idx[j] * stride);
+        for (size_t h = 0; h < g; h += 4) {
+            const float *qh = q + h * hd;
+            float *sh = s + j * g + h;
+            switch (g - h) {
+            case 1: qk_row(hd, qh, kr, 1, sh); break;
+            case 2: qk_row(hd, qh, kr, 2, sh); break;
+            case 3: qk_row(hd, qh, kr, 3, sh); break;
+            default: qk_row(hd, qh, kr, 4, sh); break;
+            }
+        }
+    }
+}
+
+/* o_b[d0 .. d0 + 4 W) += sum_j p[j g + b] v_j for GB heads, accumulators in registers over all n
+ * rows (W = 4: 16 of them at GB = 4, of the 32 NEON registers) */
+EL_INLINE void pv_cols(size_t hd, size_t g, const float *p, const char *v, size_t stride, const int32_t *idx,
+                       size_t n, float *o, size_t d0, const int GB, const int W) {
+    float32x4_t acc[4][4];
+    EL_UNROLL
+    for (int b = 0; b < GB; b++)
+        EL_UNROLL
+        for (int w = 0; w < W; w++) acc[b][w] = vld1q_f32(o + b * hd + d0 + 4 * w);
+    for (size_t j = 0; j < n; j++) {
+        const el_half *vr = (const el_half *)(v + (size_t)idx[j] * stride) + d0;
+        float32x4_t x[4];
+        EL_UNROLL
+        for (int w = 0; w < W; w++) x[w] = ld4h(vr + 4 * w);
+        EL_UNROLL
+        for (int b = 0; b < GB; b++) {
+            const float pb = p[j * g + b];
+            EL_UNROLL
+            for (int w = 0; w < W; w++) acc[b][w] = vfmaq_n_f32(acc[b][w], x[w], pb);
+        }
+    }
+    EL_UNROLL
+    for (int b = 0; b < GB; b++)
+        EL_UNROLL
+        for (int w = 0; w < W; w++) vst1q_f32(o + b * hd + d0 + 4 * w, acc[b][w]);
+}
+
+EL_INLINE void pv_heads(size_t hd, size_t g, const float *p, const char *v, size_t stride, const int32_t *idx,
+                        size_t n, float *o, const int GB) {
+    size_t d = 0;
+    for (; d + 16 <= hd; d += 16) pv_cols(hd, g, p, v, stride, idx, n, o, d, GB, 4);
+    for (; d + 4 <= hd; d += 4) pv_cols(hd, g, p, v, stride, idx, n, o, d, GB, 1);
+    for (; d < hd; d++)
+        for (size_t j = 0; j < n; j++) {
+            const float x = el_fp16_to_fp32(((const el_half *)(v + (size_t)idx[j] * stride))[d]);
+            EL_UNROLL
+            for (int b = 0; b < GB; b++) o[b * hd + d] = fmaf(p[j * g + b], x, o[b * hd + d]);
+        }
+}
+
+/* Keys in blocks of PV_KEYS: a block's value rows (8 KB at head_dim 256) are read once from memory,
+ * front to back, and stay in L1 while the column slices pass over them; o stays in L1 too. Every
+ * output still sums its keys in ascending order. */
+#define PV_KEYS 16
+
+static void attn_pv_f16_neon(size_t hd, size_t g, const float *p, const void *v, size_t stride,
+                                     const int32_t *idx, size_t n, float *o) {
+    for (size_t j0 = 0; j0 < n; j0 += PV_KEYS) {
+        const size_t nb = n - j0 < PV_KEYS ? n - j0 : PV_KEYS;
+        const float *pj = p + j0 * g;
+        for (size_t h = 0; h < g; h += 4) {
+            const float *ph = pj + h;
+            float *oh = o + h * hd;
+            switch (g - h) {
+            case 1: pv_heads(hd, g, ph, v, stride, idx + j0, nb, oh, 1); break;
+            case 2: pv_heads(hd, g, ph, v, stride, idx + j0, nb, oh, 2); break;
+            case 3: pv_heads(hd, g, ph, v, stride, idx + j0, nb, oh, 3); break;
+            default: pv_heads(hd, g, ph, v, stride, idx + j0, nb, oh, 4); break;
+            }
+        }
+    }
+}
+
+/* FPCR's default rounding (nearest even) applies to the narrowing conversion */
+static void round_f16_neon(size_t n, const float *x, float *y) {
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vcvt_f32_f16(vcvt_f16_f32(vld1q_f32(x + i))));
+    for (; i < n; i++) y[i] = el_fp16_to_fp32(el_fp32_to_fp16(x[i]));
+}
+
+void el_kernels_fill_neon_attention(el_kernels *k) {
+    k->round_f16 = round_f16_neon;
+    k->attn_qk_f16 = attn_qk_f16_neon;
+    k->attn_pv_f16 = attn_pv_f16_neon;
+}
+#else
+typedef int el_neon_attention_unused; /* ISO C wants a declaration in every translation unit */
+#endif
