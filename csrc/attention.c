@@ -1,12 +1,13 @@
 /* attention.c - softmax(q k^T * scale) v for grouped-query heads over cached keys and values
  * stored as F16 (default), Q8_0 or F32.
  *
- * The keys are cut into fixed chunks of EL_ATTN_CHUNK slots. For one query, one KV head and one
- * chunk, a partial softmax is formed for all the query heads sharing that KV head (each key and
- * value row is read once for the group): its maximum m, its sum l of exp(s - m) and its output
- * o = sum exp(s - m) v. The partials of a (query, KV head) are then merged in chunk order. Since the
- * chunking is fixed, the result is the same whichever thread computes which partial: decode
- * (one query) spreads the chunks of a long cache over the threads, prefill spreads the queries. */
+ * The slots a query sees are cut, in slot order, into fixed chunks of EL_ATTN_CHUNK. For one query,
+ * one KV head and one chunk, a partial softmax is formed for all the query heads sharing that KV
+ * head (each key and value row is read once for the group): its maximum m, its sum l of exp(s - m)
+ * and its output o = sum exp(s - m) v. The partials of a (query, KV head) are then merged in chunk
+ * order. The chunking depends on the cache contents only, so the result is the same whichever
+ * thread computes which partial: decode (one query) spreads the chunks of a long cache over the
+ * threads, prefill spreads the queries. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,55 +16,61 @@
 #include "dispatch.h"
 #include "edgellama.h"
 
-#define EL_ATTN_CHUNK 256
+#define EL_ATTN_CHUNK 128
 
 size_t el_kv_row_bytes(int kv_type, size_t head_dim) { return el_row_bytes(kv_type, head_dim); }
 
-static size_t n_chunks(size_t n_kv) { return n_kv ? (n_kv + EL_ATTN_CHUNK - 1) / EL_ATTN_CHUNK : 1; }
+static size_t n_chunks(size_t n) { return (n + EL_ATTN_CHUNK - 1) / EL_ATTN_CHUNK; }
 
 /* one partial: m[g], l[g], o[g * hd] */
 static size_t part_floats(size_t group, size_t hd) { return group * (hd + 2); }
 
 /* per worker: scores (chunk x group), q in the cache's dot format (group x hd), a dequantized row,
- * the visible slots of a chunk */
-static size_t worker_floats(size_t group, size_t hd) {
-    return EL_ATTN_CHUNK * group + group * hd + hd + EL_ATTN_CHUNK + 64;
+ * the visible slots of one query (n_kv) */
+static size_t worker_floats(size_t n_kv, size_t group, size_t hd) {
+    return EL_ATTN_CHUNK * group + group * hd + hd + n_kv + 64;
 }
 
-/* Partials for 2 * n_threads (query, KV head) pairs: prefill uses one pair per thread at a time,
- * decode (fewer pairs than 2 * n_threads) holds every chunk of every pair at once. */
+/* Counts, partials and visible slots for 2 * n_threads (query, KV head) pairs:
+ * prefill uses one pair per thread at a time, decode (fewer pairs than 2 * n_threads) holds every
+ * chunk of every pair at once. */
 size_t el_attention_scratch_floats(size_t n_kv, size_t n_head, size_t n_head_kv, size_t head_dim, int n_threads) {
     const size_t group = n_head_kv ? n_head / n_head_kv : 1, nth = n_threads > 0 ? (size_t)n_threads : 1;
-    return 2 * nth * n_chunks(n_kv) * part_floats(group, head_dim) + nth * worker_floats(group, head_dim);
+    const size_t nc = n_chunks(n_kv) ? n_chunks(n_kv) : 1;
+    return 2 * nth * (2 + nc * part_floats(group, head_dim) + n_kv) + nth * worker_floats(n_kv, group, head_dim);
 }
 
 typedef struct {
     const el_attn_args *a;
-    size_t group, hd, nc, row, slot;
-    float *parts;   /* partials, indexed by (pair slot, chunk) */
-    float *workers; /* worker_floats() per ith */
-    int split;      /* 1: an item is (pair, chunk); 0: an item is a pair, all its chunks in turn */
+    size_t group, hd, row, slot, pf;
+    float *parts;     /* partials */
+    float *workers;   /* worker_floats() per ith */
+    int split;        /* 1: an item is (pair, chunk); 0: an item is a pair, all its chunks in turn */
+    int32_t *vis;     /* split: visible slots of query i at vis + i * n_kv */
+    size_t *n_vis;    /* split: how many */
+    size_t n_items;
 } attn_ctx;
 
-static int visible(const el_attn_args *a, int32_t kp, int32_t qp) {
-    return kp >= 0 && kp <= qp && !(a->window > 0 && qp - kp >= a->window);
+/* the slots query iq sees, in slot order; the chunks are runs of EL_ATTN_CHUNK of them, so they
+ * depend on the cache contents only and the work they carry is even (a ring's window is not) */
+static size_t visible_slots(const el_attn_args *a, size_t iq, int32_t *idx) {
+    const int32_t qp = a->q_pos[iq];
+    size_t n = 0;
+    for (size_t j = 0; j < a->n_kv; j++) {
+        const int32_t kp = a->kv_pos[j];
+        if (kp >= 0 && kp <= qp && !(a->window > 0 && qp - kp >= a->window)) idx[n++] = (int32_t)j;
+    }
+    return n;
 }
 
-/* the partial of query iq, KV head hk, chunk c for the group's heads, into part */
-static void chunk_partial(const attn_ctx *x, float *wk, size_t iq, size_t hk, size_t c, float *part) {
+/* the partial of query iq, KV head hk over the n slots idx (1 <= n <= EL_ATTN_CHUNK), into part */
+static void chunk_partial(const attn_ctx *x, float *wk, size_t iq, size_t hk, const int32_t *idx, size_t n,
+                          float *part) {
     const el_attn_args *a = x->a;
     const el_kernels *K = el_kern();
     const size_t g = x->group, hd = x->hd;
     float *s = wk, *qbuf = s + EL_ATTN_CHUNK * g, *vtmp = qbuf + g * hd;
-    int32_t *idx = (int32_t *)(vtmp + hd);
     float *m = part, *l = part + g, *o = part + 2 * g;
-    const int32_t qp = a->q_pos[iq];
-    const size_t j0 = c * EL_ATTN_CHUNK, j1 = j0 + EL_ATTN_CHUNK < a->n_kv ? j0 + EL_ATTN_CHUNK : a->n_kv;
-    size_t n = 0;
-    for (size_t j = j0; j < j1; j++)
-        if (visible(a, a->kv_pos[j], qp)) idx[n++] = (int32_t)j;
-    for (size_t h = 0; h < g; h++) m[h] = -INFINITY, l[h] = 0.0f;
-    if (n == 0) return; /* m = -inf marks an empty partial; its o is never read */
 
     const float *q = a->q + (iq * a->n_head + hk * g) * hd;
     const char *kb = (const char *)a->k + hk * x->row, *vb = (const char *)a->v + hk * x->row;
@@ -113,20 +120,19 @@ static void chunk_partial(const attn_ctx *x, float *wk, size_t iq, size_t hk, si
     }
 }
 
-/* out rows of query iq, KV head hk from its nc partials (stride part_floats apart), in chunk order */
-static void merge(const attn_ctx *x, const float *parts, size_t iq, size_t hk) {
+/* out rows of query iq, KV head hk from its nc partials (pf floats apart), merged in chunk order */
+static void merge(const attn_ctx *x, const float *parts, size_t nc, size_t iq, size_t hk) {
     const el_attn_args *a = x->a;
-    const size_t g = x->group, hd = x->hd, pf = part_floats(g, hd);
+    const size_t g = x->group, hd = x->hd;
     for (size_t h = 0; h < g; h++) {
         float *out = a->out + (iq * a->n_head + hk * g + h) * hd;
-        float mx = -INFINITY;
-        for (size_t c = 0; c < x->nc; c++) mx = parts[c * pf + h] > mx ? parts[c * pf + h] : mx;
         memset(out, 0, hd * sizeof(float));
-        if (mx == -INFINITY) continue; /* nothing visible: zero output */
+        if (nc == 0) continue; /* nothing visible: zero output */
+        float mx = -INFINITY;
+        for (size_t c = 0; c < nc; c++) mx = parts[c * x->pf + h] > mx ? parts[c * x->pf + h] : mx;
         double sum = 0.0;
-        for (size_t c = 0; c < x->nc; c++) {
-            const float *p = parts + c * pf;
-            if (p[h] == -INFINITY) continue;
+        for (size_t c = 0; c < nc; c++) {
+            const float *p = parts + c * x->pf;
             const float w = expf(p[h] - mx);
             sum += (double)p[g + h] * w;
             const float *o = p + 2 * g + h * hd;
@@ -137,44 +143,82 @@ static void merge(const attn_ctx *x, const float *parts, size_t iq, size_t hk) {
     }
 }
 
+/* split mode: item w -> (pair, chunk); items run pair by pair over each pair's chunks */
+static size_t item_pair(const attn_ctx *x, size_t w, size_t *chunk) {
+    const size_t nkv = x->a->n_head_kv;
+    for (size_t pair = 0;; pair++) {
+        const size_t nc = n_chunks(x->n_vis[pair / nkv]);
+        if (w < nc) {
+            *chunk = w;
+            return pair;
+        }
+        w -= nc;
+    }
+}
+
+/* split mode: partials of pair p start at item_base(p) */
+static size_t item_base(const attn_ctx *x, size_t pair) {
+    size_t b = 0;
+    for (size_t p = 0; p < pair; p++) b += n_chunks(x->n_vis[p / x->a->n_head_kv]);
+    return b;
+}
+
 static void attn_run(void *p, int ith, int nth) {
     const attn_ctx *x = p;
     const el_attn_args *a = x->a;
-    const size_t pf = part_floats(x->group, x->hd), pairs = a->n_q * a->n_head_kv;
-    float *wk = x->workers + (size_t)ith * worker_floats(x->group, x->hd);
+    float *wk = x->workers + (size_t)ith * worker_floats(a->n_kv, x->group, x->hd);
     size_t w0, w1;
-    if (x->split) { /* item = (pair, chunk): partial slot = item */
-        el_split(pairs * x->nc, ith, nth, &w0, &w1);
+    if (x->split) {
+        el_split(x->n_items, ith, nth, &w0, &w1);
         for (size_t w = w0; w < w1; w++) {
-            const size_t pair = w / x->nc, c = w % x->nc;
-            chunk_partial(x, wk, pair / a->n_head_kv, pair % a->n_head_kv, c, x->parts + w * pf);
+            size_t c;
+            const size_t pair = item_pair(x, w, &c), iq = pair / a->n_head_kv, nv = x->n_vis[iq];
+            const size_t c0 = c * EL_ATTN_CHUNK, n = nv - c0 < EL_ATTN_CHUNK ? nv - c0 : EL_ATTN_CHUNK;
+            chunk_partial(x, wk, iq, pair % a->n_head_kv, x->vis + iq * a->n_kv + c0, n, x->parts + w * x->pf);
         }
         return;
     }
-    float *mine = x->parts + (size_t)ith * x->nc * pf;
-    el_split(pairs, ith, nth, &w0, &w1);
+    float *mine = x->parts + (size_t)ith * (n_chunks(a->n_kv) ? n_chunks(a->n_kv) : 1) * x->pf;
+    int32_t *idx = (int32_t *)(wk + EL_ATTN_CHUNK * x->group + x->group * x->hd + x->hd);
+    el_split(a->n_q * a->n_head_kv, ith, nth, &w0, &w1);
     for (size_t w = w0; w < w1; w++) {
         const size_t iq = w / a->n_head_kv, hk = w % a->n_head_kv;
-        for (size_t c = 0; c < x->nc; c++) chunk_partial(x, wk, iq, hk, c, mine + c * pf);
-        merge(x, mine, iq, hk);
+        const size_t nv = visible_slots(a, iq, idx), nc = n_chunks(nv);
+        for (size_t c = 0; c < nc; c++) {
+            const size_t c0 = c * EL_ATTN_CHUNK, n = nv - c0 < EL_ATTN_CHUNK ? nv - c0 : EL_ATTN_CHUNK;
+            chunk_partial(x, wk, iq, hk, idx + c0, n, mine + c * x->pf);
+        }
+        merge(x, mine, nc, iq, hk);
     }
 }
 
 void el_attention_run(el_pool *pool, const el_attn_args *a) {
     const int nth = pool ? el_pool_threads(pool) : 1;
     const size_t group = a->n_head / a->n_head_kv, row = el_kv_row_bytes(a->kv_type, a->head_dim);
-    attn_ctx x = {a, group, a->head_dim, n_chunks(a->n_kv), row, row * a->n_head_kv, NULL, NULL, 0};
-    const size_t pairs = a->n_q * a->n_head_kv;
-    x.split = x.nc > 1 && pairs < 2 * (size_t)nth;
-    x.parts = a->scratch;
-    x.workers = a->scratch + 2 * (size_t)nth * x.nc * part_floats(group, a->head_dim);
-    if (pool && (x.split ? pairs * x.nc : pairs) > 1) el_pool_run(pool, attn_run, &x);
-    else attn_run(&x, 0, 1);
+    const size_t pairs = a->n_q * a->n_head_kv, pf = part_floats(group, a->head_dim);
+    const size_t ncmax = n_chunks(a->n_kv) ? n_chunks(a->n_kv) : 1;
+    attn_ctx x = {a, group, a->head_dim, row, row * a->n_head_kv, pf, NULL, NULL, 0, NULL, NULL, 0};
+    float *sp = a->scratch; /* the counts first: the scratch start is aligned for them */
+    x.n_vis = (size_t *)(void *)sp, sp += 2 * (size_t)nth * 2;
+    x.parts = sp, sp += 2 * (size_t)nth * ncmax * pf;
+    x.vis = (int32_t *)sp, sp += 2 * (size_t)nth * a->n_kv;
+    x.workers = sp;
+    /* few pairs (decode): spread each pair's chunks over the threads */
+    x.split = pairs < 2 * (size_t)nth && ncmax > 1;
     if (x.split) {
-        const size_t pf = part_floats(group, a->head_dim);
-        for (size_t pair = 0; pair < pairs; pair++)
-            merge(&x, x.parts + pair * x.nc * pf, pair / a->n_head_kv, pair % a->n_head_kv);
+        for (size_t iq = 0; iq < a->n_q; iq++) {
+            x.n_vis[iq] = visible_slots(a, iq, x.vis + iq * a->n_kv);
+            x.n_items += n_chunks(x.n_vis[iq]) * a->n_head_kv;
+        }
     }
+    const size_t work = x.split ? x.n_items : pairs;
+    if (pool && work > 1) el_pool_run(pool, attn_run, &x);
+    else if (work > 0) attn_run(&x, 0, 1);
+    if (x.split)
+        for (size_t pair = 0; pair < pairs; pair++) {
+            const size_t iq = pair / a->n_head_kv;
+            merge(&x, x.parts + item_base(&x, pair) * pf, n_chunks(x.n_vis[iq]), iq, pair % a->n_head_kv);
+        }
 }
 
 int el_attention(const float *q, size_t n_q, const int32_t *q_pos, size_t n_head, size_t n_head_kv,
