@@ -14,57 +14,65 @@ EL_AVX2 EL_FORCE_INLINE __m256 ld8h(const el_half *p) { return _mm256_cvtph_ps(_
 /* the head and column loops must be unrolled for their accumulators to stay in registers */
 #define EL_UNROLL _Pragma("GCC unroll 4")
 
-/* GB (1..4) heads' dots with one key row: two accumulators per head keep eight FMA chains going */
-EL_AVX2 EL_FORCE_INLINE void qk_row(size_t hd, const float *q, const el_half *kr, const int GB, float *s) {
-    __m256 a0[4], a1[4];
+/* GB (1..4) heads' dots with NK (1 or 2) key rows, one accumulator per (key, head): each q slice
+ * is loaded once for both keys, and a key's score has the same operations whether or not it was
+ * paired (eight FMA chains in flight at GB = 4, NK = 2) */
+EL_AVX2 EL_FORCE_INLINE void qk_rows(size_t hd, const float *q, const el_half *const *kr, const int GB, const int NK,
+                                     float *s, size_t g) {
+    __m256 acc[2][4];
     EL_UNROLL
-    for (int b = 0; b < GB; b++) a0[b] = a1[b] = _mm256_setzero_ps();
+    for (int r = 0; r < NK; r++)
+        EL_UNROLL
+        for (int b = 0; b < GB; b++) acc[r][b] = _mm256_setzero_ps();
     size_t i = 0;
-    for (; i + 16 <= hd; i += 16) {
-        const __m256 k0 = ld8h(kr + i), k1 = ld8h(kr + i + 8);
+    for (; i + 8 <= hd; i += 8) {
+        __m256 kv[2];
+        EL_UNROLL
+        for (int r = 0; r < NK; r++) kv[r] = ld8h(kr[r] + i);
         EL_UNROLL
         for (int b = 0; b < GB; b++) {
-            a0[b] = _mm256_fmadd_ps(_mm256_loadu_ps(q + b * hd + i), k0, a0[b]);
-            a1[b] = _mm256_fmadd_ps(_mm256_loadu_ps(q + b * hd + i + 8), k1, a1[b]);
+            const __m256 qv = _mm256_loadu_ps(q + b * hd + i);
+            EL_UNROLL
+            for (int r = 0; r < NK; r++) acc[r][b] = _mm256_fmadd_ps(qv, kv[r], acc[r][b]);
         }
     }
-    if (i + 8 <= hd) {
-        const __m256 k0 = ld8h(kr + i);
-        EL_UNROLL
-        for (int b = 0; b < GB; b++) a0[b] = _mm256_fmadd_ps(_mm256_loadu_ps(q + b * hd + i), k0, a0[b]);
-        i += 8;
-    }
     EL_UNROLL
-    for (int b = 0; b < GB; b++) {
-        float r = el_hsum_ps(_mm256_add_ps(a0[b], a1[b]));
-        for (size_t t = i; t < hd; t++) r += q[b * hd + t] * _cvtsh_ss(kr[t]);
-        s[b] = r;
-    }
+    for (int r = 0; r < NK; r++)
+        EL_UNROLL
+        for (int b = 0; b < GB; b++) {
+            float t = el_hsum_ps(acc[r][b]);
+            for (size_t e = i; e < hd; e++) t += q[b * hd + e] * _cvtsh_ss(kr[r][e]);
+            s[r * g + b] = t;
+        }
 }
 
 /* The cache is far bigger than the caches once the weights have streamed through them, and a row
  * is only 8 lines: asking for the rows a few keys ahead keeps the loads from waiting on memory. */
-#ifndef QK_AHEAD
 #define QK_AHEAD 4
-#endif
 EL_AVX2 EL_FORCE_INLINE void prefetch_row(const char *p, size_t bytes) {
     for (size_t i = 0; i < bytes; i += 64) _mm_prefetch(p + i, _MM_HINT_T0);
 }
 
+#define QK_CASES(NK)                                                                               \
+    switch (g - h) {                                                                               \
+    case 1: qk_rows(hd, qh, kr, 1, NK, sh, g); break;                                              \
+    case 2: qk_rows(hd, qh, kr, 2, NK, sh, g); break;                                              \
+    case 3: qk_rows(hd, qh, kr, 3, NK, sh, g); break;                                              \
+    default: qk_rows(hd, qh, kr, 4, NK, sh, g); break;                                             \
+    }
+
 EL_AVX2 static void attn_qk_f16_avx2(size_t hd, size_t g, const float *q, const void *k, size_t stride,
                                      const int32_t *idx, size_t n, float *s) {
-    for (size_t j = 0; j < n; j++) {
-        const el_half *kr = (const el_half *)((const char *)k + (size_t)idx[j] * stride);
-        if (j + QK_AHEAD < n) prefetch_row((const char *)k + (size_t)idx[j + QK_AHEAD] * stride, hd * 2);
+    size_t j = 0;
+    for (; j < n; j += 2) {
+        const el_half *kr[2] = {(const el_half *)((const char *)k + (size_t)idx[j] * stride),
+                                (const el_half *)((const char *)k + (size_t)idx[j + (j + 1 < n)] * stride)};
+        for (size_t a = j + QK_AHEAD; a < j + QK_AHEAD + 2 && a < n; a++)
+            prefetch_row((const char *)k + (size_t)idx[a] * stride, hd * 2);
         for (size_t h = 0; h < g; h += 4) {
             const float *qh = q + h * hd;
             float *sh = s + j * g + h;
-            switch (g - h) {
-            case 1: qk_row(hd, qh, kr, 1, sh); break;
-            case 2: qk_row(hd, qh, kr, 2, sh); break;
-            case 3: qk_row(hd, qh, kr, 3, sh); break;
-            default: qk_row(hd, qh, kr, 4, sh); break;
-            }
+            if (j + 1 < n) QK_CASES(2) else QK_CASES(1)
         }
     }
 }
@@ -119,6 +127,8 @@ EL_AVX2 static void attn_pv_f16_avx2(size_t hd, size_t g, const float *p, const 
     for (size_t j0 = 0; j0 < n; j0 += PV_KEYS) {
         const size_t nb = n - j0 < PV_KEYS ? n - j0 : PV_KEYS;
         const float *pj = p + j0 * g;
+        for (size_t a = j0 + PV_KEYS; a < j0 + 2 * PV_KEYS && a < n; a++) /* the next block */
+            prefetch_row((const char *)v + (size_t)idx[a] * stride, hd * 2);
         for (size_t h = 0; h < g; h += 4) {
             const float *ph = pj + h;
             float *oh = o + h * hd;

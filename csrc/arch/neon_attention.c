@@ -42,10 +42,18 @@ EL_INLINE void qk_row(size_t hd, const float *q, const el_half *kr, const int GB
     }
 }
 
+/* The cache is far bigger than the caches once the weights have streamed through them: rows a few
+ * keys ahead are asked for early (a row is 8 lines at head_dim 256) */
+#define QK_AHEAD 4
+EL_INLINE void prefetch_row(const char *p, size_t bytes) {
+    for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i, 0, 3);
+}
+
 static void attn_qk_f16_neon(size_t hd, size_t g, const float *q, const void *k, size_t stride,
                              const int32_t *idx, size_t n, float *s) {
     for (size_t j = 0; j < n; j++) {
         const el_half *kr = (const el_half *)((const char *)k + (size_t)idx[j] * stride);
+        if (j + QK_AHEAD < n) prefetch_row((const char *)k + (size_t)idx[j + QK_AHEAD] * stride, hd * 2);
         for (size_t h = 0; h < g; h += 4) {
             const float *qh = q + h * hd;
             float *sh = s + j * g + h;
@@ -109,6 +117,8 @@ static void attn_pv_f16_neon(size_t hd, size_t g, const float *p, const void *v,
     for (size_t j0 = 0; j0 < n; j0 += PV_KEYS) {
         const size_t nb = n - j0 < PV_KEYS ? n - j0 : PV_KEYS;
         const float *pj = p + j0 * g;
+        for (size_t a = j0 + PV_KEYS; a < j0 + 2 * PV_KEYS && a < n; a++) /* the next block */
+            prefetch_row((const char *)v + (size_t)idx[a] * stride, hd * 2);
         for (size_t h = 0; h < g; h += 4) {
             const float *ph = pj + h;
             float *oh = o + h * hd;
