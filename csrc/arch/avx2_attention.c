@@ -78,17 +78,18 @@ EL_AVX2 static void attn_qk_f16_avx2(size_t hd, size_t g, const float *q, const 
 }
 
 /* o_b[d0 .. d0 + 8 W) += sum_j p[j g + b] v_j for GB heads: the accumulators stay in registers over
- * all n rows (W = 2: 8 of them at GB = 4), each value row slice converted once for the GB heads. */
+ * all n rows (W = 3: 12 of them at GB = 4, with the 3 row slices and a broadcast the 16 ymm), each
+ * value row slice converted once for the GB heads. */
 EL_AVX2 EL_FORCE_INLINE void pv_cols(size_t hd, size_t g, const float *p, const char *v, size_t stride,
                                      const int32_t *idx, size_t n, float *o, size_t d0, const int GB, const int W) {
-    __m256 acc[4][2];
+    __m256 acc[4][3];
     EL_UNROLL
     for (int b = 0; b < GB; b++)
         EL_UNROLL
         for (int w = 0; w < W; w++) acc[b][w] = _mm256_loadu_ps(o + b * hd + d0 + 8 * w);
     for (size_t j = 0; j < n; j++) {
         const el_half *vr = (const el_half *)(v + (size_t)idx[j] * stride) + d0;
-        __m256 x[2];
+        __m256 x[3];
         EL_UNROLL
         for (int w = 0; w < W; w++) x[w] = ld8h(vr + 8 * w);
         EL_UNROLL
@@ -107,7 +108,8 @@ EL_AVX2 EL_FORCE_INLINE void pv_cols(size_t hd, size_t g, const float *p, const 
 EL_AVX2 EL_FORCE_INLINE void pv_heads(size_t hd, size_t g, const float *p, const char *v, size_t stride,
                                       const int32_t *idx, size_t n, float *o, const int GB) {
     size_t d = 0;
-    for (; d + 16 <= hd; d += 16) pv_cols(hd, g, p, v, stride, idx, n, o, d, GB, 2);
+    for (; d + 24 <= hd; d += 24) pv_cols(hd, g, p, v, stride, idx, n, o, d, GB, 3);
+    if (d + 16 <= hd) pv_cols(hd, g, p, v, stride, idx, n, o, d, GB, 2), d += 16;
     if (d + 8 <= hd) pv_cols(hd, g, p, v, stride, idx, n, o, d, GB, 1), d += 8;
     for (; d < hd; d++)
         for (size_t j = 0; j < n; j++) {
