@@ -19,6 +19,12 @@ typedef void (*el_vec_dot_nv_fn)(size_t n, const void *w, const void *a, size_t 
 typedef void (*el_vec_dot_tile_fn)(size_t n, const void *w, size_t w_stride, const void *a, size_t a_stride,
                                    size_t nv, float *out, size_t ldo);
 
+/* Matvec: EL_MV_ROWS weight rows (at w + r * w_stride) x one activation row, out[r] = row r . a:
+ * the activation loads and its half of the scale products are shared, the rows' chains interleave.
+ * Same contract: every out[r] has the bits of vec_dot. NULL = vec_dot row by row. */
+#define EL_MV_ROWS 4
+typedef void (*el_vec_dot_rows_fn)(size_t n, const void *w, size_t w_stride, const void *a, float *out);
+
 /* Attention over an F16 cache for the g query heads of one KV head (q: g x hd floats, f16-exact).
  * Key / value row j is at base + idx[j] * stride bytes, j < n. qk: s[j * g + h] = q_h . k_j.
  * pv: o_h += sum over j of p[j * g + h] * v_j (o: g x hd), j ascending for every output. */
@@ -38,6 +44,7 @@ typedef struct el_kernels {
     el_vec_dot_nv_fn vec_dot_nv[EL_TYPE_COUNT];    /* by weight type; after the fields above so
                                                       tests/test_simd.py's mirror of the prefix holds */
     el_vec_dot_tile_fn vec_dot_tile[EL_TYPE_COUNT];
+    el_vec_dot_rows_fn vec_dot_rows[EL_TYPE_COUNT];
     el_attn_qk_fn attn_qk_f16;
     el_attn_pv_fn attn_pv_f16;
     void (*round_f16)(size_t n, const float *x, float *y); /* y = x rounded to f16 (nearest even), exact */

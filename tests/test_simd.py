@@ -69,6 +69,7 @@ typedef struct {
     void (*vec_dot_nv[31])(size_t n, const void *w, const void *a, size_t a_stride, size_t nv, float *out);
     void (*vec_dot_tile[31])(size_t n, const void *w, size_t w_stride, const void *a, size_t a_stride, size_t nv,
                              float *out, size_t ldo);
+    void (*vec_dot_rows[31])(size_t n, const void *w, size_t w_stride, const void *a, float *out);
 } el_kernels;
 const el_kernels *el_kern(void);
 void el_quantize_act(void *pool, int wtype, const float *x, size_t cols, size_t n_vec, void *act);
@@ -432,6 +433,58 @@ def test_vec_dot_tile_outputs_equal_vec_dot_bits(simd_isa: str, internal: Any, w
                                   ffi.from_buffer("float[]", out), EL_NV_MAX)
             single = np.array([[kernels.vec_dot(wtype, w, a, n) for a in acts[:nv]] for w in ws], np.float32)
             assert out[:, :nv].tobytes() == single.tobytes(), f"{T(wtype).name} n={n} nv={nv}"
+
+
+EL_MV_ROWS = 4
+
+
+@pytest.mark.parametrize("wtype", NV_TYPES, ids=lambda t: T(t).name)
+def test_vec_dot_rows_outputs_equal_vec_dot_bits(simd_isa: str, internal: Any, wtype: int) -> None:
+    """The matvec kernel: EL_MV_ROWS rows far apart (as matmul passes them) give vec_dot's bits."""
+    ffi, lib = internal
+    kernels.set_isa(simd_isa)
+    k = lib.el_kern()
+    if k.vec_dot_rows[wtype] == ffi.NULL:
+        pytest.skip(f"{simd_isa} has no {T(wtype).name} multi-row matvec")
+    rng = np.random.default_rng(int(wtype) + 900)
+    for n in sizes_for(wtype):
+        ws = [random_blocks(wtype, n, rng) for _ in range(EL_MV_ROWS)]
+        a = activations(wtype, rng.standard_normal(n).astype(np.float32)).view(np.uint8)
+        w_stride = 3 * ws[0].size + 7  # odd: no row is aligned
+        wbuf = np.zeros(w_stride * EL_MV_ROWS, np.uint8)
+        for i, w in enumerate(ws):
+            wbuf[i * w_stride : i * w_stride + w.size] = w
+        abuf = np.zeros(a.size + 1, np.uint8)
+        abuf[1:] = a
+        out = np.zeros(EL_MV_ROWS, np.float32)
+        k.vec_dot_rows[wtype](n, ffi.from_buffer(wbuf), w_stride, ffi.from_buffer(abuf) + 1, ffi.from_buffer("float[]", out))
+        single = np.array([kernels.vec_dot(wtype, w, a, n) for w in ws], np.float32)
+        assert out.tobytes() == single.tobytes(), f"{T(wtype).name} n={n}: {out} vs {single}"
+        assert np.all(np.isfinite(out)) and np.any(out != 0)
+
+
+@pytest.mark.parametrize("wtype", NV_TYPES, ids=lambda t: T(t).name)
+def test_matvec_any_row_count_and_thread_count_gives_vec_dot_bits(simd_isa: str, wtype: int) -> None:
+    """Matvec through the multi-row kernel (rows split into EL_MV_ROWS streams, leftovers one by one):
+    every row count, including ones that are no multiple of EL_MV_ROWS or of the row block, and 1-4
+    threads give each row the bits of a one-row matmul."""
+    rng = np.random.default_rng(int(wtype) + 950)
+    cols = 512 if TYPE_SIZES[wtype].block_size == 256 else 160
+    kernels.set_isa(simd_isa)
+    pools = [Pool(t) for t in (1, 2, 3, 4)]
+    try:
+        for rows in (1, 3, 4, 5, 17, 63, 130, 1027):
+            w = random_blocks(wtype, rows * cols, rng)
+            x = rng.standard_normal((1, cols)).astype(np.float32)
+            rb = w.size // rows
+            one = np.concatenate([kernels.matmul(w[r * rb : (r + 1) * rb], wtype, 1, cols, x, pools[0])[0]
+                                  for r in range(rows)])
+            for pool in pools:
+                y = kernels.matmul(w, wtype, rows, cols, x, pool)[0]
+                assert y.tobytes() == one.tobytes(), f"{T(wtype).name} rows={rows}"
+    finally:
+        for p in pools:
+            p.close()
 
 
 @pytest.mark.parametrize("wtype", [*NV_TYPES, T.Q5_K, T.F16], ids=lambda t: T(t).name)

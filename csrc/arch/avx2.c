@@ -144,45 +144,73 @@ EL_AVX2 static inline __m256i load_q5_1(const uint8_t *b) {
     return _mm256_or_si256(unpack_nibbles_32(b + 8), hi);
 }
 
-/* Symmetric weights x Q8_0 (34-byte blocks: fp16 d, 32 int8): two blocks per iteration into two
- * accumulators, so the convert/FMA chains of neighbouring blocks overlap. PREP unpacks a weight
- * block into two registers once; ACT finishes the block dot against one activation block. */
-#define EL_DOT_SYM(NAME, WBYTES, PREP, ACT)                                                        \
-    EL_AVX2 EL_FORCE_INLINE void NAME##_impl(size_t n, const void *w, const void *a, size_t as,    \
-                                             const int NV, float *out) {                          \
+/* Symmetric weights x Q8_0 (34-byte blocks: fp16 d, 32 int8): NR weight rows (at w + r * ws) x NV
+ * activation rows, two blocks per iteration into two accumulators per output, so the convert/FMA
+ * chains of neighbouring blocks overlap. PREP unpacks a weight block into two registers once per
+ * row; APRE is the part of a block dot that depends on the activation block alone (once per
+ * activation, shared by the NR rows); ACT finishes the block dot. Every output sees the operations
+ * of NR = NV = 1 (vec_dot) in the same order: the scale products dx dy are the same single
+ * multiplies however they are packed, and each output keeps its own two accumulators. */
+#define EL_DOT_SYM(NAME, WBYTES, PREP, APRE, ACT)                                                  \
+    EL_AVX2 EL_FORCE_INLINE void NAME##_tile(size_t n, const void *w, size_t ws, const int NR,     \
+                                             const void *a, size_t as, const int NV, float *out,   \
+                                             size_t ldo) {                                        \
         const uint8_t *pw = w, *pa = a;                                                            \
         const size_t nb = n / 32;                                                                  \
-        __m256 acc0[EL_NV_MAX], acc1[EL_NV_MAX];                                                   \
-        for (int j = 0; j < NV; j++) acc0[j] = acc1[j] = _mm256_setzero_ps();                      \
+        __m256 acc0[EL_MV_ROWS][EL_NV_MAX], acc1[EL_MV_ROWS][EL_NV_MAX];                           \
+        for (int r = 0; r < NR; r++)                                                               \
+            for (int j = 0; j < NV; j++) acc0[r][j] = acc1[r][j] = _mm256_setzero_ps();            \
         size_t i = 0;                                                                              \
         for (; i + 2 <= nb; i += 2) {                                                              \
-            const uint8_t *x0 = pw + i * (WBYTES), *x1 = x0 + (WBYTES);                            \
-            __m256i p00, p01, p10, p11;                                                            \
-            PREP(x0, &p00, &p01);                                                                  \
-            PREP(x1, &p10, &p11);                                                                  \
-            const __m128 fx = NV > 1 ? scales_x2(x0, x1) : _mm_setzero_ps();                       \
+            __m256i a0[EL_NV_MAX], a1[EL_NV_MAX], c0[EL_NV_MAX], c1[EL_NV_MAX];                    \
+            /* NR > 1: d[j][2r + b] = dx(row r, block b) dy(activation j, block b) */              \
+            EL_ALIGN32 float d[EL_NV_MAX][8];                                                      \
+            const __m256 dx = NR > 1 ? scales_x2_rows(pw + i * (WBYTES), ws, (WBYTES), NR) : _mm256_setzero_ps(); \
             for (int j = 0; j < NV; j++) {                                                         \
-                const uint8_t *y0 = pa + j * as + i * 34, *y1 = y0 + 34;                           \
-                __m256 d0, d1;                                                                     \
-                if (NV == 1) scales2(x0, x1, y0, y1, &d0, &d1);                                    \
-                else scales2_y(fx, y0, y1, &d0, &d1);                                              \
-                acc0[j] = _mm256_fmadd_ps(d0, ACT(p00, p01, load_q8_0(y0)), acc0[j]);              \
-                acc1[j] = _mm256_fmadd_ps(d1, ACT(p10, p11, load_q8_0(y1)), acc1[j]);              \
+                const uint8_t *y0 = pa + j * as + i * 34;                                          \
+                a0[j] = load_q8_0(y0), a1[j] = load_q8_0(y0 + 34);                                 \
+                c0[j] = APRE(a0[j]), c1[j] = APRE(a1[j]);                                          \
+                if (NR > 1) _mm256_store_ps(d[j], _mm256_mul_ps(dx, scales_y2_x4(y0, y0 + 34)));   \
+            }                                                                                      \
+            for (int r = 0; r < NR; r++) {                                                         \
+                const uint8_t *x0 = pw + r * ws + i * (WBYTES), *x1 = x0 + (WBYTES);               \
+                __m256i p00, p01, p10, p11;                                                        \
+                PREP(x0, &p00, &p01);                                                              \
+                PREP(x1, &p10, &p11);                                                              \
+                const __m128 fx = NR == 1 && NV > 1 ? scales_x2(x0, x1) : _mm_setzero_ps();        \
+                for (int j = 0; j < NV; j++) {                                                     \
+                    const uint8_t *y0 = pa + j * as + i * 34, *y1 = y0 + 34;                       \
+                    __m256 d0, d1;                                                                 \
+                    if (NR > 1) d0 = _mm256_broadcast_ss(&d[j][2 * r]), d1 = _mm256_broadcast_ss(&d[j][2 * r + 1]); \
+                    else if (NV == 1) scales2(x0, x1, y0, y1, &d0, &d1);                           \
+                    else scales2_y(fx, y0, y1, &d0, &d1);                                          \
+                    acc0[r][j] = _mm256_fmadd_ps(d0, ACT(p00, p01, a0[j], c0[j]), acc0[r][j]);     \
+                    acc1[r][j] = _mm256_fmadd_ps(d1, ACT(p10, p11, a1[j], c1[j]), acc1[r][j]);     \
+                }                                                                                  \
             }                                                                                      \
         }                                                                                          \
         if (i < nb) {                                                                              \
-            const uint8_t *x0 = pw + i * (WBYTES);                                                 \
-            __m256i p00, p01;                                                                      \
-            PREP(x0, &p00, &p01);                                                                  \
-            for (int j = 0; j < NV; j++) {                                                         \
-                const uint8_t *y0 = pa + j * as + i * 34;                                          \
-                const __m256 d0 = _mm256_set1_ps(el_h2f(x0) * el_h2f(y0));                         \
-                acc0[j] = _mm256_fmadd_ps(d0, ACT(p00, p01, load_q8_0(y0)), acc0[j]);              \
+            for (int r = 0; r < NR; r++) {                                                         \
+                const uint8_t *x0 = pw + r * ws + i * (WBYTES);                                    \
+                __m256i p00, p01;                                                                  \
+                PREP(x0, &p00, &p01);                                                              \
+                for (int j = 0; j < NV; j++) {                                                     \
+                    const uint8_t *y0 = pa + j * as + i * 34;                                      \
+                    const __m256i a0 = load_q8_0(y0);                                              \
+                    const __m256 d0 = _mm256_set1_ps(el_h2f(x0) * el_h2f(y0));                     \
+                    acc0[r][j] = _mm256_fmadd_ps(d0, ACT(p00, p01, a0, APRE(a0)), acc0[r][j]);     \
+                }                                                                                  \
             }                                                                                      \
         }                                                                                          \
-        for (int j = 0; j < NV; j++) out[j] = el_hsum_ps(_mm256_add_ps(acc0[j], acc1[j]));         \
+        for (int r = 0; r < NR; r++)                                                               \
+            for (int j = 0; j < NV; j++) out[r * ldo + j] = el_hsum_ps(_mm256_add_ps(acc0[r][j], acc1[r][j])); \
     }                                                                                              \
-    EL_NV_ENTRIES(EL_AVX2, NAME, NAME##_impl)
+    EL_AVX2 EL_FORCE_INLINE void NAME##_impl(size_t n, const void *w, const void *a, size_t as,    \
+                                             const int NV, float *out) {                          \
+        NAME##_tile(n, w, 0, 1, a, as, NV, out, 0);                                                \
+    }                                                                                              \
+    EL_NV_ENTRIES(EL_AVX2, NAME, NAME##_impl)                                                      \
+    EL_ROWS_ENTRY(EL_AVX2, NAME, NAME##_tile)
 
 /* Weights with a min x Q8_1 (36-byte blocks: fp16 d, fp16 s = d * sum(q), 32 int8):
  * d_w d_a sum(q_w q_a) + m_w s_a per block; the min terms go to their own accumulator. */
@@ -233,32 +261,118 @@ EL_AVX2 static inline void prep_q8_0(const uint8_t *x, __m256i *p0, __m256i *p1)
     *p0 = load_q8_0(x);
     *p1 = _mm256_sign_epi8(*p0, *p0);
 }
-EL_AVX2 static inline __m256 act_sign(__m256i x, __m256i ax, __m256i y) {
+EL_AVX2 static inline __m256i apre_none(__m256i y) { return y; }
+EL_AVX2 static inline __m256 act_sign(__m256i x, __m256i ax, __m256i y, __m256i unused) {
+    (void)unused;
     const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x));
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 }
 
-/* Q4_0 / Q5_0 keep their quants unsigned for vpmaddubsw and take the offset off with a second
- * vpmaddubsw: sum((u - o) a) = sum(u a) - sum(o a). Two multiplies and a subtract cost less than
- * the two vpsignb and the recentring they replace (about 10 % on Zen 4). Both int16 sums are exact:
- * |u a| <= 2 * 31 * 128 per pair. */
-EL_AVX2 static inline void prep_q4_0(const uint8_t *x, __m256i *u, __m256i *o) {
+/* Q4_0 keeps its quants unsigned (u = value + 8) for vpmaddubsw and takes the offset off with a
+ * second vpmaddubsw: sum((u - 8) a) = sum(u a) - sum(8 a). sum(8 a) depends on the activation block
+ * alone, so a multi-row call does it once for all rows. Both int16 sums are exact: |u a| <= 2 * 15 *
+ * 128 per pair; the int16 differences, hence every later bit, are those of the true values. */
+EL_AVX2 static inline void prep_q4_0(const uint8_t *x, __m256i *u, __m256i *unused) {
     *u = unpack_nibbles_32(x + 2);
-    *o = _mm256_set1_epi8(8);
+    *unused = _mm256_setzero_si256();
 }
-EL_AVX2 static inline void prep_q5_0(const uint8_t *x, __m256i *u, __m256i *o) {
-    /* value = nibble + 16 h - 16: the offset is 16 exactly where the high bit h is clear */
-    *u = unpack_nibbles_32(x + 6);
-    *o = _mm256_andnot_si256(unpack_bits_32(x + 2), _mm256_set1_epi8(0x10));
-}
-EL_AVX2 static inline __m256 act_off(__m256i u, __m256i o, __m256i a) {
-    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(u, a), _mm256_maddubs_epi16(o, a));
+EL_AVX2 static inline __m256i apre_off8(__m256i a) { return _mm256_maddubs_epi16(_mm256_set1_epi8(8), a); }
+EL_AVX2 static inline __m256 act_off(__m256i u, __m256i unused, __m256i a, __m256i oa) {
+    (void)unused;
+    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(u, a), oa);
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
 
-EL_DOT_SYM(vec_dot_q8_0_avx2, 34, prep_q8_0, act_sign)
-EL_DOT_SYM(vec_dot_q4_0_avx2, 18, prep_q4_0, act_off)
-EL_DOT_SYM(vec_dot_q5_0_avx2, 22, prep_q5_0, act_off)
+EL_DOT_SYM(vec_dot_q8_0_avx2, 34, prep_q8_0, apre_none, act_sign)
+EL_DOT_SYM(vec_dot_q4_0_avx2, 18, prep_q4_0, apre_off8, act_off)
+
+/* Q5_0 x Q8_0 (22-byte blocks: fp16 d, 32 high bits qh, 16 bytes of nibbles qs), a pair of blocks
+ * per register: the 16 nibble bytes of block 0 in the low lane and of block 1 in the high lane, so
+ * low nibbles (values 0-15) and high nibbles (values 16-31) each fill one register with one and /
+ * shift, and the activation halves are paired to match (once per activation, shared by the rows).
+ * u = nibble + 16 h = value + 16 goes to vpmaddubsw unsigned, and 16 sum(a) comes off in int16:
+ * |u a| <= 2 * 31 * 128 per product pair and two pairs sum to < 2^15, so it is exact. Each int32
+ * lane then holds 8 values of one block: one convert and one FMA per pair (scale d0 in the low lane,
+ * d1 in the high one), a single accumulator per output. An odd last block pairs with a zero block
+ * of scale 0. */
+static const uint8_t q5_0_zero_w[22], q8_0_zero_a[34];
+
+/* the 64 high bits of a pair (qh of x0, qh of x1) -> 0x10 where set, for the low-nibble register
+ * (lane 0: bits 0-15 of x0, lane 1: bits 0-15 of x1) and the high-nibble one (bits 16-31) */
+EL_AVX2 static inline void q5_0_pair_high(const uint8_t *x0, const uint8_t *x1, __m256i *hl, __m256i *hh) {
+    uint32_t h0, h1;
+    memcpy(&h0, x0 + 2, 4);
+    memcpy(&h1, x1 + 2, 4);
+    const __m256i h = _mm256_set1_epi64x((long long)((uint64_t)h0 | (uint64_t)h1 << 32));
+    const __m256i spread_l = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                              4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5);
+    const __m256i spread_h = _mm256_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+                                              6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL), b16 = _mm256_set1_epi8(0x10);
+    *hl = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(h, spread_l), bit), bit), b16);
+    *hh = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(h, spread_h), bit), bit), b16);
+}
+
+EL_AVX2 static inline __m256i loadu2_128(const uint8_t *lo, const uint8_t *hi) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)lo)),
+                                   _mm_loadu_si128((const __m128i *)hi), 1);
+}
+
+/* blocks i and i + 1 (PAIR = 0: block i and a zero block) of NR rows x NV activations into acc */
+EL_AVX2 EL_FORCE_INLINE void q5_0_pair(const uint8_t *pw, size_t ws, const int NR, const uint8_t *pa, size_t as,
+                                       const int NV, size_t i, const int PAIR, __m256 acc[EL_MV_ROWS][EL_NV_MAX]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1), o16 = _mm256_set1_epi8(16);
+    __m256i al[EL_NV_MAX], ah[EL_NV_MAX], c[EL_NV_MAX];
+    __m256 d[EL_NV_MAX];
+    /* (dx0, dx1) of each row as floats 2r, 2r + 1; the activations' (dy0, dy1) repeated to match */
+    uint32_t hx[4] = {0, 0, 0, 0};
+    for (int r = 0; r < NR; r++) {
+        const uint8_t *x0 = pw + r * ws + i * 22;
+        hx[r] = ld16(x0) | (PAIR ? ld16(x0 + 22) << 16 : 0);
+    }
+    const __m256 dx = _mm256_cvtph_ps(_mm_setr_epi32((int)hx[0], (int)hx[1], (int)hx[2], (int)hx[3]));
+    for (int j = 0; j < NV; j++) {
+        const uint8_t *y0 = pa + j * as + i * 34, *y1 = PAIR ? y0 + 34 : q8_0_zero_a;
+        al[j] = loadu2_128(y0 + 2, y1 + 2);
+        ah[j] = loadu2_128(y0 + 18, y1 + 18);
+        c[j] = _mm256_add_epi16(_mm256_maddubs_epi16(o16, al[j]), _mm256_maddubs_epi16(o16, ah[j]));
+        d[j] = _mm256_mul_ps(dx, _mm256_cvtph_ps(_mm_set1_epi32((int)(ld16(y0) | ld16(y1) << 16))));
+    }
+    for (int r = 0; r < NR; r++) {
+        const uint8_t *x0 = pw + r * ws + i * 22, *x1 = PAIR ? x0 + 22 : q5_0_zero_w;
+        const __m256i q = loadu2_128(x0 + 6, x1 + 6);
+        __m256i hl, hh;
+        q5_0_pair_high(x0, x1, &hl, &hh);
+        const __m256i ul = _mm256_or_si256(_mm256_and_si256(q, m4), hl);
+        const __m256i uh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hh);
+        const __m256i sel = _mm256_setr_epi32(2 * r, 2 * r, 2 * r, 2 * r, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1);
+        for (int j = 0; j < NV; j++) {
+            const __m256i p = _mm256_sub_epi16(
+                _mm256_add_epi16(_mm256_maddubs_epi16(ul, al[j]), _mm256_maddubs_epi16(uh, ah[j])), c[j]);
+            const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+            acc[r][j] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(d[j], sel), f, acc[r][j]);
+        }
+    }
+}
+
+EL_AVX2 EL_FORCE_INLINE void vec_dot_q5_0_avx2_tile(size_t n, const void *w, size_t ws, const int NR, const void *a,
+                                                    size_t as, const int NV, float *out, size_t ldo) {
+    const size_t nb = n / 32;
+    __m256 acc[EL_MV_ROWS][EL_NV_MAX];
+    for (int r = 0; r < NR; r++)
+        for (int j = 0; j < NV; j++) acc[r][j] = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 2 <= nb; i += 2) q5_0_pair(w, ws, NR, a, as, NV, i, 1, acc);
+    if (i < nb) q5_0_pair(w, ws, NR, a, as, NV, i, 0, acc);
+    for (int r = 0; r < NR; r++)
+        for (int j = 0; j < NV; j++) out[r * ldo + j] = el_hsum_ps(acc[r][j]);
+}
+EL_AVX2 EL_FORCE_INLINE void vec_dot_q5_0_avx2_impl(size_t n, const void *w, const void *a, size_t as, const int NV,
+                                                    float *out) {
+    vec_dot_q5_0_avx2_tile(n, w, 0, 1, a, as, NV, out, 0);
+}
+EL_NV_ENTRIES(EL_AVX2, vec_dot_q5_0_avx2, vec_dot_q5_0_avx2_impl)
+EL_ROWS_ENTRY(EL_AVX2, vec_dot_q5_0_avx2, vec_dot_q5_0_avx2_tile)
 EL_DOT_MIN(vec_dot_q4_1_avx2, 20, load_q4_1)
 EL_DOT_MIN(vec_dot_q5_1_avx2, 24, load_q5_1)
 
@@ -350,6 +464,9 @@ void el_kernels_fill_avx2(el_kernels *k) {
     k->vec_dot_nv[EL_TYPE_Q5_0] = vec_dot_q5_0_avx2_nv;
     k->vec_dot_nv[EL_TYPE_Q4_1] = vec_dot_q4_1_avx2_nv;
     k->vec_dot_nv[EL_TYPE_Q5_1] = vec_dot_q5_1_avx2_nv;
+    k->vec_dot_rows[EL_TYPE_Q8_0] = vec_dot_q8_0_avx2_rows;
+    k->vec_dot_rows[EL_TYPE_Q4_0] = vec_dot_q4_0_avx2_rows;
+    k->vec_dot_rows[EL_TYPE_Q5_0] = vec_dot_q5_0_avx2_rows;
     k->quantize_act[EL_TYPE_Q8_0] = quantize_q8_0_avx2;
     k->quantize_act[EL_TYPE_Q8_1] = quantize_q8_1_avx2;
     k->dot_f32 = dot_f32_avx2;

@@ -30,6 +30,15 @@
         }                                                                                          \
     }
 
+/* vec_dot_rows (EL_MV_ROWS weight rows x one activation row) from a body
+ * TILE(n, w, w_stride, NR, a, a_stride, NV, out, ldo) that also serves vec_dot (NR = NV = 1) */
+#define EL_ROWS_ENTRY(ATTR, NAME, TILE)                                                            \
+    ATTR static void NAME##_rows(size_t n, const void *w, size_t ws, const void *a, float *out) {  \
+        TILE(n, w, ws, EL_MV_ROWS, a, 0, 1, out, 1);                                               \
+    }
+
+#define EL_ALIGN32 __attribute__((aligned(32)))
+
 EL_AVX2 static inline float el_hsum_ps(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -114,6 +123,18 @@ EL_AVX2 static inline void scales2_y(__m128 fx, const uint8_t *y0, const uint8_t
     *d1 = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(p), _mm256_set1_epi32(1));
 }
 
+/* Several weight rows against one activation row: (dx0, dx1) of rows 0..nr-1 (nr <= 4, blocks x and
+ * x + wb of each row) as floats 2r, 2r + 1 of one vector, and (dy0, dy1) repeated to match, so one
+ * multiply gives every row's d0 = dx0 dy0, d1 = dx1 dy1 with the bits scales2 gives */
+EL_AVX2 static inline __m256 scales_x2_rows(const uint8_t *x, size_t ws, size_t wb, int nr) {
+    uint32_t p[4] = {0, 0, 0, 0};
+    for (int r = 0; r < nr; r++) p[r] = ld16(x + r * ws) | ld16(x + r * ws + wb) << 16;
+    return _mm256_cvtph_ps(_mm_setr_epi32((int)p[0], (int)p[1], (int)p[2], (int)p[3]));
+}
+EL_AVX2 static inline __m256 scales_y2_x4(const uint8_t *y0, const uint8_t *y1) {
+    return _mm256_cvtph_ps(_mm_set1_epi32((int)(ld16(y0) | ld16(y1) << 16)));
+}
+
 EL_AVX2 static inline __m256i load_q8_0(const uint8_t *b) { return _mm256_loadu_si256((const __m256i *)(b + 2)); }
 
 /* ---- K-quant helpers (avx2_kquants.c, avx512.c) ---- */
@@ -165,11 +186,15 @@ EL_AVX2 static inline __m256i unpack_scales_mins_k4(const uint8_t *p) {
     return _mm256_cvtepu8_epi16(_mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)mn_lo, (int)mn_hi));
 }
 
+/* bsums[2s] + bsums[2s+1] for the 8 sub-blocks s of 32 (int16: |sum| <= 32 * 128) */
+EL_AVX2 static inline __m128i bsums_pairs(const uint8_t *y) {
+    const __m256i bs = loadu256(y + Q8K_BSUMS);
+    return _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+}
+
 /* sum over sub-blocks s of min[s] * (bsums[2s] + bsums[2s+1]), as 4 int32 lanes */
 EL_AVX2 static inline __m128i mins_dot_bsums(__m256i scmn, const uint8_t *y) {
-    const __m256i bs = loadu256(y + Q8K_BSUMS);
-    const __m128i bs32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-    return _mm_madd_epi16(_mm256_extracti128_si256(scmn, 1), bs32);
+    return _mm_madd_epi16(_mm256_extracti128_si256(scmn, 1), bsums_pairs(y));
 }
 
 /* defined in avx2_kquants.c */

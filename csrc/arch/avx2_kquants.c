@@ -8,50 +8,66 @@
 
 /* ---- Q4_K / Q5_K ---- */
 
-/* Integer sums are exact in any order, so each activation row keeps one int32 accumulator; the
- * float steps per super-block (mins, then the scaled sum) are the same for every lane. */
-EL_AVX2 EL_FORCE_INLINE void q4_K_impl(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
+/* Integer sums are exact in any order, so each output keeps one int32 accumulator; the float steps
+ * per super-block (mins, then the scaled sum) are the same for every output. NR weight rows (at
+ * w + r * ws) x NV activation rows share the activation loads and the pairing of the bsums; NR = NV
+ * = 1 is vec_dot. */
+EL_AVX2 EL_FORCE_INLINE void q4_K_tile(size_t n, const void *w, size_t ws, const int NR, const void *a, size_t as,
+                                       const int NV, float *out, size_t ldo) {
     const uint8_t *pw = w, *pa = a;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[EL_NV_MAX];
-    __m128 accm[EL_NV_MAX];
-    for (int v = 0; v < NV; v++) acc[v] = _mm256_setzero_ps(), accm[v] = _mm_setzero_ps();
+    __m256 acc[EL_MV_ROWS][EL_NV_MAX];
+    __m128 accm[EL_MV_ROWS][EL_NV_MAX];
+    for (int r = 0; r < NR; r++)
+        for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps(), accm[r][v] = _mm_setzero_ps();
     for (size_t i = 0; i < n / QK_K; i++) {
-        const uint8_t *x = pw + i * sizeof(block_q4_K);
-        const float xd = el_h2f(x), xmin = el_h2f(x + 2);
-        const __m256i scmn = unpack_scales_mins_k4(x + 4);
-        const __m256i sc = _mm256_permute2x128_si256(scmn, scmn, 0x00);
-        __m256i s[EL_NV_MAX];
+        __m128i bs32[EL_NV_MAX];
+        float yd[EL_NV_MAX];
         for (int v = 0; v < NV; v++) {
             const uint8_t *y = pa + v * as + i * Q8K_BYTES;
-            accm[v] = _mm_fmadd_ps(_mm_set1_ps(load_f32(y) * xmin), _mm_cvtepi32_ps(mins_dot_bsums(scmn, y)), accm[v]);
-            s[v] = _mm256_setzero_si256();
+            bs32[v] = bsums_pairs(y);
+            yd[v] = load_f32(y);
         }
-        const uint8_t *qs = x + 16;
-        for (int j = 0; j < 4; j++) {
-            const __m256i qb = loadu256(qs + 32 * j);
-            const __m256i ql = _mm256_and_si256(qb, m4);
-            const __m256i qh = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
-            const __m256i scl = scale_all(sc, 2 * j), sch = scale_all(sc, 2 * j + 1);
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *x = pw + r * ws + i * sizeof(block_q4_K);
+            const float xd = el_h2f(x), xmin = el_h2f(x + 2);
+            const __m256i scmn = unpack_scales_mins_k4(x + 4);
+            const __m256i sc = _mm256_permute2x128_si256(scmn, scmn, 0x00);
+            __m256i s[EL_NV_MAX];
             for (int v = 0; v < NV; v++) {
-                const uint8_t *q8 = pa + v * as + i * Q8K_BYTES + Q8K_QS;
-                const __m256i pl = _mm256_maddubs_epi16(ql, loadu256(q8 + 64 * j));
-                const __m256i ph = _mm256_maddubs_epi16(qh, loadu256(q8 + 64 * j + 32));
-                s[v] = _mm256_add_epi32(s[v], _mm256_add_epi32(_mm256_madd_epi16(scl, pl), _mm256_madd_epi16(sch, ph)));
+                const __m128i mins = _mm_madd_epi16(_mm256_extracti128_si256(scmn, 1), bs32[v]);
+                accm[r][v] = _mm_fmadd_ps(_mm_set1_ps(yd[v] * xmin), _mm_cvtepi32_ps(mins), accm[r][v]);
+                s[v] = _mm256_setzero_si256();
             }
+            const uint8_t *qs = x + 16;
+            for (int j = 0; j < 4; j++) {
+                const __m256i qb = loadu256(qs + 32 * j);
+                const __m256i ql = _mm256_and_si256(qb, m4);
+                const __m256i qh = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
+                const __m256i scl = scale_all(sc, 2 * j), sch = scale_all(sc, 2 * j + 1);
+                for (int v = 0; v < NV; v++) {
+                    const uint8_t *q8 = pa + v * as + i * Q8K_BYTES + Q8K_QS;
+                    const __m256i pl = _mm256_maddubs_epi16(ql, loadu256(q8 + 64 * j));
+                    const __m256i ph = _mm256_maddubs_epi16(qh, loadu256(q8 + 64 * j + 32));
+                    s[v] = _mm256_add_epi32(s[v], _mm256_add_epi32(_mm256_madd_epi16(scl, pl), _mm256_madd_epi16(sch, ph)));
+                }
+            }
+            for (int v = 0; v < NV; v++)
+                acc[r][v] = _mm256_fmadd_ps(_mm256_set1_ps(yd[v] * xd), _mm256_cvtepi32_ps(s[v]), acc[r][v]);
         }
+    }
+    for (int r = 0; r < NR; r++)
         for (int v = 0; v < NV; v++) {
-            const float yd = load_f32(pa + v * as + i * Q8K_BYTES);
-            acc[v] = _mm256_fmadd_ps(_mm256_set1_ps(yd * xd), _mm256_cvtepi32_ps(s[v]), acc[v]);
+            __m128 m = _mm_add_ps(accm[r][v], _mm_movehl_ps(accm[r][v], accm[r][v]));
+            m = _mm_add_ss(m, _mm_movehdup_ps(m));
+            out[r * ldo + v] = el_hsum_ps(acc[r][v]) - _mm_cvtss_f32(m);
         }
-    }
-    for (int v = 0; v < NV; v++) {
-        __m128 m = _mm_add_ps(accm[v], _mm_movehl_ps(accm[v], accm[v]));
-        m = _mm_add_ss(m, _mm_movehdup_ps(m));
-        out[v] = el_hsum_ps(acc[v]) - _mm_cvtss_f32(m);
-    }
+}
+EL_AVX2 EL_FORCE_INLINE void q4_K_impl(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
+    q4_K_tile(n, w, 0, 1, a, as, NV, out, 0);
 }
 EL_NV_ENTRIES(EL_AVX2, vec_dot_q4_K_avx2, q4_K_impl)
+EL_ROWS_ENTRY(EL_AVX2, vec_dot_q4_K_avx2, q4_K_tile)
 
 /* block_q5_K: d, dmin, scales[12], qh[32] at 16, qs[128] at 48. The 5th bit of chunk c's low
  * half is bit 2c of qh[l], of its high half bit 2c+1. */
@@ -92,52 +108,61 @@ EL_AVX2 static float vec_dot_q5_K_avx2(size_t n, const void *w, const void *a) {
 /* ---- Q6_K: ql[128], qh[64], int8 scales[16] at 192, d at 208 ----
  * Levels are u - 32 with u = 6-bit unsigned; sum((u-32) a sc) = sum(u a sc) - 32 sum(sc bsums),
  * since a scale covers exactly one 16-value bsum. That keeps vpmaddubsw on unsigned u. */
-EL_AVX2 EL_FORCE_INLINE void q6_K_impl(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
+EL_AVX2 EL_FORCE_INLINE void q6_K_tile(size_t n, const void *w, size_t ws, const int NR, const void *a, size_t as,
+                                       const int NV, float *out, size_t ldo) {
     const uint8_t *pw = w, *pa = a;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-    __m256 acc[EL_NV_MAX];
-    for (int v = 0; v < NV; v++) acc[v] = _mm256_setzero_ps();
+    __m256 acc[EL_MV_ROWS][EL_NV_MAX];
+    for (int r = 0; r < NR; r++)
+        for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps();
     for (size_t i = 0; i < n / QK_K; i++) {
-        const uint8_t *x = pw + i * sizeof(block_q6_K);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + 192)));
-        __m256i sc[2];
-        split_scales16(sc16, &sc[0], &sc[1]);
-        __m256i s[EL_NV_MAX];
-        for (int v = 0; v < NV; v++) {
-            const uint8_t *y = pa + v * as + i * Q8K_BYTES;
-            /* the offset term first: sum(u a sc) - 32 sum(sc bsums) */
-            s[v] = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                    _mm256_slli_epi32(_mm256_madd_epi16(sc16, loadu256(y + Q8K_BSUMS)), 5));
-        }
-        for (int c = 0; c < 2; c++) {
-            const __m256i qa = loadu256(x + 64 * c), qb = loadu256(x + 64 * c + 32);
-            const __m256i qh = loadu256(x + 128 + 32 * c);
-            /* 2-bit fields masked before the shift left: at most 0x30, no carry into the next byte */
-            const __m256i u0 = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-            const __m256i u1 = _mm256_or_si256(_mm256_and_si256(qb, m4),
-                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-            const __m256i u2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
-                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-            const __m256i u3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
-                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *x = pw + r * ws + i * sizeof(block_q6_K);
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + 192)));
+            __m256i sc[2];
+            split_scales16(sc16, &sc[0], &sc[1]);
+            __m256i s[EL_NV_MAX];
             for (int v = 0; v < NV; v++) {
-                const uint8_t *q8 = pa + v * as + i * Q8K_BYTES + Q8K_QS + 128 * c;
-                const __m256i p0 = _mm256_madd_epi16(scale_pair(sc[c], 0), _mm256_maddubs_epi16(u0, loadu256(q8)));
-                const __m256i p1 = _mm256_madd_epi16(scale_pair(sc[c], 1), _mm256_maddubs_epi16(u1, loadu256(q8 + 32)));
-                const __m256i p2 = _mm256_madd_epi16(scale_pair(sc[c], 2), _mm256_maddubs_epi16(u2, loadu256(q8 + 64)));
-                const __m256i p3 = _mm256_madd_epi16(scale_pair(sc[c], 3), _mm256_maddubs_epi16(u3, loadu256(q8 + 96)));
-                s[v] = _mm256_add_epi32(s[v], _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
+                const uint8_t *y = pa + v * as + i * Q8K_BYTES;
+                /* the offset term first: sum(u a sc) - 32 sum(sc bsums) */
+                s[v] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                        _mm256_slli_epi32(_mm256_madd_epi16(sc16, loadu256(y + Q8K_BSUMS)), 5));
+            }
+            for (int c = 0; c < 2; c++) {
+                const __m256i qa = loadu256(x + 64 * c), qb = loadu256(x + 64 * c + 32);
+                const __m256i qh = loadu256(x + 128 + 32 * c);
+                /* 2-bit fields masked before the shift left: at most 0x30, no carry into the next byte */
+                const __m256i u0 = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+                const __m256i u1 = _mm256_or_si256(_mm256_and_si256(qb, m4),
+                                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+                const __m256i u2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
+                                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+                const __m256i u3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+                for (int v = 0; v < NV; v++) {
+                    const uint8_t *q8 = pa + v * as + i * Q8K_BYTES + Q8K_QS + 128 * c;
+                    const __m256i p0 = _mm256_madd_epi16(scale_pair(sc[c], 0), _mm256_maddubs_epi16(u0, loadu256(q8)));
+                    const __m256i p1 = _mm256_madd_epi16(scale_pair(sc[c], 1), _mm256_maddubs_epi16(u1, loadu256(q8 + 32)));
+                    const __m256i p2 = _mm256_madd_epi16(scale_pair(sc[c], 2), _mm256_maddubs_epi16(u2, loadu256(q8 + 64)));
+                    const __m256i p3 = _mm256_madd_epi16(scale_pair(sc[c], 3), _mm256_maddubs_epi16(u3, loadu256(q8 + 96)));
+                    s[v] = _mm256_add_epi32(s[v], _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
+                }
+            }
+            const float xd = el_h2f(x + 208);
+            for (int v = 0; v < NV; v++) {
+                const float yd = load_f32(pa + v * as + i * Q8K_BYTES);
+                acc[r][v] = _mm256_fmadd_ps(_mm256_set1_ps(yd * xd), _mm256_cvtepi32_ps(s[v]), acc[r][v]);
             }
         }
-        const float xd = el_h2f(x + 208);
-        for (int v = 0; v < NV; v++) {
-            const float yd = load_f32(pa + v * as + i * Q8K_BYTES);
-            acc[v] = _mm256_fmadd_ps(_mm256_set1_ps(yd * xd), _mm256_cvtepi32_ps(s[v]), acc[v]);
-        }
     }
-    for (int v = 0; v < NV; v++) out[v] = el_hsum_ps(acc[v]);
+    for (int r = 0; r < NR; r++)
+        for (int v = 0; v < NV; v++) out[r * ldo + v] = el_hsum_ps(acc[r][v]);
+}
+EL_AVX2 EL_FORCE_INLINE void q6_K_impl(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
+    q6_K_tile(n, w, 0, 1, a, as, NV, out, 0);
 }
 EL_NV_ENTRIES(EL_AVX2, vec_dot_q6_K_avx2, q6_K_impl)
+EL_ROWS_ENTRY(EL_AVX2, vec_dot_q6_K_avx2, q6_K_tile)
 
 /* ---- Q3_K: hmask[32], qs[64] at 32, scales[12] at 96, d at 108 ----
  * Level = lo - 4 (1 - h) = (lo | h << 2) - 4: unsigned 0..7 for vpmaddubsw, minus 4 sum(sc bsums). */
@@ -286,6 +311,8 @@ void el_kernels_fill_avx2_kquants(el_kernels *k) {
     k->vec_dot[EL_TYPE_Q6_K] = vec_dot_q6_K_avx2;
     k->vec_dot_nv[EL_TYPE_Q4_K] = vec_dot_q4_K_avx2_nv;
     k->vec_dot_nv[EL_TYPE_Q6_K] = vec_dot_q6_K_avx2_nv;
+    k->vec_dot_rows[EL_TYPE_Q4_K] = vec_dot_q4_K_avx2_rows;
+    k->vec_dot_rows[EL_TYPE_Q6_K] = vec_dot_q6_K_avx2_rows;
     k->quantize_act[EL_TYPE_Q8_K] = quantize_q8_K_avx2;
 }
 #endif

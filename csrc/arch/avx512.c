@@ -227,9 +227,15 @@ EL_AVX512 EL_FORCE_INLINE void q6_K_impl512(size_t n, const void *w, const void 
 EL_NV_ENTRIES(EL_AVX512, vec_dot_q6_K_avx512, q6_K_impl512)
 
 /* Replaces the AVX2 entries of the types above (vec_dot, vec_dot_nv, vec_dot_tile together, as dispatch.h
- * requires); every other type keeps the AVX2 kernels el_kernels_fill_avx2 installed. */
+ * requires; the AVX2 multi-row kernels of those types are cleared, their bits are AVX2's); every other
+ * type keeps the AVX2 kernels el_kernels_fill_avx2 installed. */
 void el_kernels_fill_avx512(el_kernels *k) {
     k->name = "avx512";
+    static const int replaced[] = {EL_TYPE_Q8_0, EL_TYPE_Q5_0, EL_TYPE_Q4_K, EL_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof replaced / sizeof replaced[0]; i++) {
+        k->vec_dot_tile[replaced[i]] = NULL;
+        k->vec_dot_rows[replaced[i]] = NULL;
+    }
     k->vec_dot[EL_TYPE_Q8_0] = vec_dot_q8_0_avx512;
     k->vec_dot_nv[EL_TYPE_Q8_0] = vec_dot_q8_0_avx512_nv;
     k->vec_dot_tile[EL_TYPE_Q8_0] = vec_dot_q8_0_avx512_tile2;

@@ -551,7 +551,7 @@ static void test_matmul(rng_t *r) {
 
 /* ------------------------------------------------------------------ batches: bit-identical to single rows */
 
-/* Every lane of vec_dot_nv and of vec_dot_tile carries the bits of the same table's vec_dot (the
+/* Every lane of vec_dot_nv, vec_dot_tile and vec_dot_rows carries the bits of the same table's vec_dot (the
  * contract in dispatch.h): rows at odd strides and addresses, every nv up to EL_NV_MAX. */
 static void test_vec_dot_nv(rng_t *r) {
     for (int k = 0; k < g_n_isas; k++) {
@@ -559,7 +559,7 @@ static void test_vec_dot_nv(rng_t *r) {
         const el_kernels *K = el_kern();
         for (size_t ti = 0; ti < N_TYPES; ti++) {
             const int wt = g_types[ti], at = el_vec_dot_type(wt);
-            if (!K->vec_dot_nv[wt] && !K->vec_dot_tile[wt]) continue;
+            if (!K->vec_dot_nv[wt] && !K->vec_dot_tile[wt] && !K->vec_dot_rows[wt]) continue;
             size_t ns[4];
             const size_t nn = sizes_for(wt, ns);
             for (size_t si = 0; si < nn; si++) {
@@ -594,6 +594,22 @@ static void test_vec_dot_nv(rng_t *r) {
                             }
                     }
                     free(tbuf);
+                }
+                if (K->vec_dot_rows[wt]) {
+                    /* matvec: EL_MV_ROWS rows at an odd stride (2 wb + 1: rows that are not neighbours,
+                     * as matmul passes them) against one activation row */
+                    const size_t ms = 2 * wb + 1;
+                    uint8_t *mbuf = xmalloc(ms * EL_MV_ROWS);
+                    for (size_t i = 0; i < EL_MV_ROWS; i++) fill_row(r, wt, mbuf + i * ms, n);
+                    float out[EL_MV_ROWS];
+                    K->vec_dot_rows[wt](n, mbuf, ms, a, out);
+                    for (size_t i = 0; i < EL_MV_ROWS; i++) {
+                        const float one = K->vec_dot[wt](n, mbuf + i * ms, a);
+                        check(memcmp(&one, &out[i], sizeof one) == 0 && isfinite(one),
+                              "vec_dot_rows %s n=%zu row %zu isa=%s: %.9g != vec_dot %.9g", tname(wt), n, i, g_isas[k],
+                              out[i], one);
+                    }
+                    free(mbuf);
                 }
                 free(wbuf);
                 free(abuf);
