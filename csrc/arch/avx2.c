@@ -290,82 +290,107 @@ EL_DOT_SYM(vec_dot_q4_0_avx2, 18, prep_q4_0, apre_off8, act_off)
  * per register: the 16 nibble bytes of block 0 in the low lane and of block 1 in the high lane, so
  * low nibbles (values 0-15) and high nibbles (values 16-31) each fill one register with one and /
  * shift, and the activation halves are paired to match (once per activation, shared by the rows).
- * u = nibble + 16 h = value + 16 goes to vpmaddubsw unsigned, and 16 sum(a) comes off in int16:
- * |u a| <= 2 * 31 * 128 per product pair and two pairs sum to < 2^15, so it is exact. Each int32
- * lane then holds 8 values of one block: one convert and one FMA per pair (scale d0 in the low lane,
- * d1 in the high one), a single accumulator per output. An odd last block pairs with a zero block
- * of scale 0. */
+ * u = nibble + 16 h = value + 16 goes to vpmaddubsw unsigned; |u a| <= 31 * 128 per product and
+ * a pair of products plus the other half's pair stays < 2^15, so the int16 sums are exact.
+ * Every output o = r * NV + j (NR * NV <= 4) then reduces to one int32 per block with two vphaddd
+ * levels shared by the four outputs: lanes [o0 o1 o2 o3 of block i | o0 o1 o2 o3 of block i + 1].
+ * 16 sum(a) comes off those exact block sums, and one convert and one FMA per pair serve all four
+ * outputs: the float work is a quarter of a per-output accumulator's, and each block's integer dot
+ * is exact, as in the scalar reference. An odd last block pairs with a zero block of scale 0. */
+_Static_assert(EL_MV_ROWS <= 4 && EL_NV_MAX <= 4, "q5_0_pair packs at most 4 outputs per register");
 static const uint8_t q5_0_zero_w[22], q8_0_zero_a[34];
-
-/* the 64 high bits of a pair (qh of x0, qh of x1) -> 0x10 where set, for the low-nibble register
- * (lane 0: bits 0-15 of x0, lane 1: bits 0-15 of x1) and the high-nibble one (bits 16-31) */
-EL_AVX2 static inline void q5_0_pair_high(const uint8_t *x0, const uint8_t *x1, __m256i *hl, __m256i *hh) {
-    uint32_t h0, h1;
-    memcpy(&h0, x0 + 2, 4);
-    memcpy(&h1, x1 + 2, 4);
-    const __m256i h = _mm256_set1_epi64x((long long)((uint64_t)h0 | (uint64_t)h1 << 32));
-    const __m256i spread_l = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                              4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5);
-    const __m256i spread_h = _mm256_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
-                                              6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL), b16 = _mm256_set1_epi8(0x10);
-    *hl = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(h, spread_l), bit), bit), b16);
-    *hh = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(h, spread_h), bit), bit), b16);
-}
 
 EL_AVX2 static inline __m256i loadu2_128(const uint8_t *lo, const uint8_t *hi) {
     return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)lo)),
                                    _mm_loadu_si128((const __m128i *)hi), 1);
 }
 
-/* blocks i and i + 1 (PAIR = 0: block i and a zero block) of NR rows x NV activations into acc */
+/* the two blocks' first 16 bytes (d, qh, ...) in one register, lane 0 block i, lane 1 block i + 1
+ * -> 0x10 where a high bit is set, for the low-nibble register (bits 0-15 of each block's qh) and
+ * the high-nibble one (bits 16-31) */
+EL_AVX2 static inline void q5_0_pair_high(__m256i h, __m256i *hl, __m256i *hh) {
+    const __m256i spread_l = _mm256_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+                                              2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i spread_h = _mm256_setr_epi8(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5,
+                                              4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL), b16 = _mm256_set1_epi8(0x10);
+    *hl = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(h, spread_l), bit), bit), b16);
+    *hh = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(h, spread_h), bit), bit), b16);
+}
+
+/* four fp16 repeated: the 64-bit pattern of [h h h h] */
+static inline uint64_t rep4_16(const uint8_t *p) { return (uint64_t)ld16(p) * 0x0001000100010001ULL; }
+
+/* blocks i and i + 1 (PAIR = 0: block i and a zero block) of NR rows x NV activations into acc,
+ * lanes [o | 4 + o] of output o = r * NV + j */
 EL_AVX2 EL_FORCE_INLINE void q5_0_pair(const uint8_t *pw, size_t ws, const int NR, const uint8_t *pa, size_t as,
-                                       const int NV, size_t i, const int PAIR, __m256 acc[EL_MV_ROWS][EL_NV_MAX]) {
+                                       const int NV, size_t i, const int PAIR, __m256 *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1), o16 = _mm256_set1_epi8(16);
-    __m256i al[EL_NV_MAX], ah[EL_NV_MAX], c[EL_NV_MAX];
-    __m256 d[EL_NV_MAX];
-    /* (dx0, dx1) of each row as floats 2r, 2r + 1; the activations' (dy0, dy1) repeated to match */
-    uint32_t hx[4] = {0, 0, 0, 0};
-    for (int r = 0; r < NR; r++) {
-        const uint8_t *x0 = pw + r * ws + i * 22;
-        hx[r] = ld16(x0) | (PAIR ? ld16(x0 + 22) << 16 : 0);
-    }
-    const __m256 dx = _mm256_cvtph_ps(_mm_setr_epi32((int)hx[0], (int)hx[1], (int)hx[2], (int)hx[3]));
+    const __m256i zero = _mm256_setzero_si256();
+    __m256i al[EL_NV_MAX], ah[EL_NV_MAX], t[4], v[4], h[EL_MV_ROWS];
     for (int j = 0; j < NV; j++) {
         const uint8_t *y0 = pa + j * as + i * 34, *y1 = PAIR ? y0 + 34 : q8_0_zero_a;
         al[j] = loadu2_128(y0 + 2, y1 + 2);
         ah[j] = loadu2_128(y0 + 18, y1 + 18);
-        c[j] = _mm256_add_epi16(_mm256_maddubs_epi16(o16, al[j]), _mm256_maddubs_epi16(o16, ah[j]));
-        d[j] = _mm256_mul_ps(dx, _mm256_cvtph_ps(_mm_set1_epi32((int)(ld16(y0) | ld16(y1) << 16))));
     }
+    for (int o = 0; o < 4; o++) t[o] = v[o] = zero;
     for (int r = 0; r < NR; r++) {
         const uint8_t *x0 = pw + r * ws + i * 22, *x1 = PAIR ? x0 + 22 : q5_0_zero_w;
+        h[r] = loadu2_128(x0, x1);
         const __m256i q = loadu2_128(x0 + 6, x1 + 6);
         __m256i hl, hh;
-        q5_0_pair_high(x0, x1, &hl, &hh);
+        q5_0_pair_high(h[r], &hl, &hh);
         const __m256i ul = _mm256_or_si256(_mm256_and_si256(q, m4), hl);
         const __m256i uh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hh);
-        const __m256i sel = _mm256_setr_epi32(2 * r, 2 * r, 2 * r, 2 * r, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1);
-        for (int j = 0; j < NV; j++) {
-            const __m256i p = _mm256_sub_epi16(
-                _mm256_add_epi16(_mm256_maddubs_epi16(ul, al[j]), _mm256_maddubs_epi16(uh, ah[j])), c[j]);
-            const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-            acc[r][j] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(d[j], sel), f, acc[r][j]);
-        }
+        for (int j = 0; j < NV; j++)
+            v[r * NV + j] = _mm256_madd_epi16(
+                _mm256_add_epi16(_mm256_maddubs_epi16(ul, al[j]), _mm256_maddubs_epi16(uh, ah[j])), ones);
     }
+    /* 16 sum(a) per activation, spread over the outputs that use it (NR = 4: all of them) */
+    for (int j = 0; j < NV; j++) {
+        const __m256i c = _mm256_madd_epi16(
+            _mm256_add_epi16(_mm256_maddubs_epi16(o16, al[j]), _mm256_maddubs_epi16(o16, ah[j])), ones);
+        for (int r = 0; r < NR; r++) t[r * NV + j] = c;
+    }
+    const __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i c = _mm256_hadd_epi32(_mm256_hadd_epi32(t[0], t[1]), _mm256_hadd_epi32(t[2], t[3]));
+    /* the scales in the same lanes: d(o, b) = dx(r, b) dy(j, b), one multiply each */
+    __m256 dx, dy;
+    if (NR == EL_MV_ROWS && NV == 1) {
+        /* word 0 of each lane of h[r] is dx(r, b): gather them to [dx0 dx1 dx2 dx3] per lane */
+        const __m256i x01 = _mm256_unpacklo_epi16(h[0], h[1]), x23 = _mm256_unpacklo_epi16(h[2], h[3]);
+        const __m256i x0123 = _mm256_permute4x64_epi64(_mm256_unpacklo_epi32(x01, x23), 0x08);
+        dx = _mm256_cvtph_ps(_mm256_castsi256_si128(x0123));
+    } else {
+        const uint8_t *x0 = pw + i * 22;
+        dx = _mm256_cvtph_ps(_mm_set_epi64x((long long)(PAIR ? rep4_16(x0 + 22) : 0), (long long)rep4_16(x0)));
+    }
+    if (NV == 1) {
+        const uint8_t *y0 = pa + i * 34;
+        dy = _mm256_cvtph_ps(_mm_set_epi64x((long long)(PAIR ? rep4_16(y0 + 34) : 0), (long long)rep4_16(y0)));
+    } else {
+        uint64_t lo = 0, hi = 0;
+        for (int j = 0; j < NV; j++) {
+            const uint8_t *y0 = pa + j * as + i * 34;
+            lo |= (uint64_t)ld16(y0) << 16 * j;
+            if (PAIR) hi |= (uint64_t)ld16(y0 + 34) << 16 * j;
+        }
+        dy = _mm256_cvtph_ps(_mm_set_epi64x((long long)hi, (long long)lo));
+    }
+    *acc = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(_mm256_sub_epi32(s, c)), *acc);
 }
 
 EL_AVX2 EL_FORCE_INLINE void vec_dot_q5_0_avx2_tile(size_t n, const void *w, size_t ws, const int NR, const void *a,
                                                     size_t as, const int NV, float *out, size_t ldo) {
     const size_t nb = n / 32;
-    __m256 acc[EL_MV_ROWS][EL_NV_MAX];
-    for (int r = 0; r < NR; r++)
-        for (int j = 0; j < NV; j++) acc[r][j] = _mm256_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     size_t i = 0;
-    for (; i + 2 <= nb; i += 2) q5_0_pair(w, ws, NR, a, as, NV, i, 1, acc);
-    if (i < nb) q5_0_pair(w, ws, NR, a, as, NV, i, 0, acc);
+    for (; i + 2 <= nb; i += 2) q5_0_pair(w, ws, NR, a, as, NV, i, 1, &acc);
+    if (i < nb) q5_0_pair(w, ws, NR, a, as, NV, i, 0, &acc);
+    EL_ALIGN32 float f[8];
+    _mm256_store_ps(f, acc);
     for (int r = 0; r < NR; r++)
-        for (int j = 0; j < NV; j++) out[r * ldo + j] = el_hsum_ps(acc[r][j]);
+        for (int j = 0; j < NV; j++) out[r * ldo + j] = f[r * NV + j] + f[4 + r * NV + j];
 }
 EL_AVX2 EL_FORCE_INLINE void vec_dot_q5_0_avx2_impl(size_t n, const void *w, const void *a, size_t as, const int NV,
                                                     float *out) {
