@@ -10,6 +10,8 @@
 
 #define EL_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 
+_Static_assert(EL_MV_ROWS >= EL_TILE_ROWS, "the tile kernels size their row arrays by EL_MV_ROWS");
+
 EL_AVX512 static inline __m512i loadu512(const uint8_t *p) { return _mm512_loadu_si512((const void *)p); }
 
 EL_AVX512 static inline __m512i join256(__m256i lo, __m256i hi) {
@@ -62,8 +64,8 @@ EL_AVX512 static inline __m512i act_u8_x2(const uint8_t *y0, const uint8_t *y1) 
  * of scale 0, which adds +0 to every lane) into the accumulators ACC[r][j]. */
 #define EL_SYM512_PAIR(ACC, I, PAIR, WB, PREP)                                                     \
     do {                                                                                           \
-        __m512i wv[EL_TILE_ROWS], wo[EL_TILE_ROWS];                                                \
-        __m512 dx[EL_TILE_ROWS];                                                                   \
+        __m512i wv[EL_MV_ROWS], wo[EL_MV_ROWS];                                                    \
+        __m512 dx[EL_MV_ROWS];                                                                     \
         for (int r = 0; r < NR; r++) {                                                             \
             const uint8_t *x0 = pw + r * ws + (I) * (WB), *x1 = (PAIR) ? x0 + (WB) : zero_w;       \
             wv[r] = PREP(x0, x1);                                                                  \
@@ -89,7 +91,7 @@ EL_AVX512 static inline __m512i act_u8_x2(const uint8_t *y0, const uint8_t *y1) 
         static const uint8_t zero_w[WBYTES], zero_a[34];                                           \
         const uint8_t *pw = w, *pa = a;                                                            \
         const size_t nb = n / 32;                                                                  \
-        __m512 acc0[EL_TILE_ROWS][EL_NV_MAX];                       \
+        __m512 acc0[EL_MV_ROWS][EL_NV_MAX];                                                        \
         for (int r = 0; r < NR; r++)                                                               \
             for (int j = 0; j < NV; j++) acc0[r][j] = _mm512_setzero_ps();            \
         size_t i = 0;                                                                              \
@@ -119,7 +121,8 @@ EL_AVX512 static inline __m512i act_u8_x2(const uint8_t *y0, const uint8_t *y1) 
         case 3: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 3, out, ldo); break;                    \
         default: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 4, out, ldo); break;                   \
         }                                                                                          \
-    }
+    }                                                                                              \
+    EL_ROWS_ENTRY(EL_AVX512, NAME, NAME##_tile)
 
 EL_DOT_SYM512(vec_dot_q8_0_avx512, 34, prep_q8_0_x2)
 EL_DOT_SYM512(vec_dot_q5_0_avx512, 22, prep_q5_0_x2)
@@ -140,95 +143,116 @@ EL_AVX512 static inline __m512i rep8(int a) {
     return _mm512_setr_epi32(w, w, w, w, x, x, x, x, y, y, y, y, z, z, z, z);
 }
 
-EL_AVX512 EL_FORCE_INLINE void q4_K_impl512(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
+/* NR weight rows (at w + r * ws) x NV activation rows; each output's operations are those of
+ * NR = NV = 1 (vec_dot), in the same order: the rows only interleave independent chains */
+EL_AVX512 EL_FORCE_INLINE void q4_K_tile512(size_t n, const void *w, size_t ws, const int NR, const void *a,
+                                            size_t as, const int NV, float *out, size_t ldo) {
     const uint8_t *pw = w, *pa = a;
     const __m512i m4 = _mm512_set1_epi8(0x0F), shift_hi = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
-    __m512 acc[EL_NV_MAX];
-    __m128 accm[EL_NV_MAX];
-    for (int v = 0; v < NV; v++) acc[v] = _mm512_setzero_ps(), accm[v] = _mm_setzero_ps();
+    __m512 acc[EL_MV_ROWS][EL_NV_MAX];
+    __m128 accm[EL_MV_ROWS][EL_NV_MAX];
+    for (int r = 0; r < NR; r++)
+        for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps(), accm[r][v] = _mm_setzero_ps();
     for (size_t i = 0; i < n / QK_K; i++) {
-        const uint8_t *x = pw + i * sizeof(block_q4_K);
-        const float xd = el_h2f(x), xmin = el_h2f(x + 2);
-        const __m256i scmn = unpack_scales_mins_k4(x + 4);
-        /* int16 scales 0..7 in the low 128 bits; chunk j uses 2j on int16 lanes 0-15, 2j+1 on 16-31 */
-        const __m512i sc16 = _mm512_castsi256_si512(scmn);
-        __m512i s[EL_NV_MAX];
-        for (int v = 0; v < NV; v++) {
-            const uint8_t *y = pa + v * as + i * Q8K_BYTES;
-            accm[v] = _mm_fmadd_ps(_mm_set1_ps(load_f32(y) * xmin), _mm_cvtepi32_ps(mins_dot_bsums(scmn, y)), accm[v]);
-            s[v] = _mm512_setzero_si512();
-        }
-        for (int j = 0; j < 4; j++) {
-            const __m256i qb = _mm256_loadu_si256((const __m256i *)(x + 16 + 32 * j));
-            /* low nibbles (sub-block 2j) in the low half, high nibbles (2j+1) in the high half */
-            const __m512i q = _mm512_and_si512(_mm512_srlv_epi64(join256(qb, qb), shift_hi), m4);
-            const __m512i sc = _mm512_permutexvar_epi16(rep16(2 * j, 2 * j + 1), sc16);
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *x = pw + r * ws + i * sizeof(block_q4_K);
+            const float xd = el_h2f(x), xmin = el_h2f(x + 2);
+            const __m256i scmn = unpack_scales_mins_k4(x + 4);
+            /* int16 scales 0..7 in the low 128 bits; chunk j uses 2j on int16 lanes 0-15, 2j+1 on 16-31 */
+            const __m512i sc16 = _mm512_castsi256_si512(scmn);
+            __m512i s[EL_NV_MAX];
             for (int v = 0; v < NV; v++) {
-                const uint8_t *q8 = pa + v * as + i * Q8K_BYTES + Q8K_QS + 64 * j;
-                s[v] = _mm512_dpwssd_epi32(s[v], _mm512_maddubs_epi16(q, loadu512(q8)), sc);
+                const uint8_t *y = pa + v * as + i * Q8K_BYTES;
+                accm[r][v] = _mm_fmadd_ps(_mm_set1_ps(load_f32(y) * xmin), _mm_cvtepi32_ps(mins_dot_bsums(scmn, y)),
+                                          accm[r][v]);
+                s[v] = _mm512_setzero_si512();
+            }
+            for (int j = 0; j < 4; j++) {
+                const __m256i qb = _mm256_loadu_si256((const __m256i *)(x + 16 + 32 * j));
+                /* low nibbles (sub-block 2j) in the low half, high nibbles (2j+1) in the high half */
+                const __m512i q = _mm512_and_si512(_mm512_srlv_epi64(join256(qb, qb), shift_hi), m4);
+                const __m512i sc = _mm512_permutexvar_epi16(rep16(2 * j, 2 * j + 1), sc16);
+                for (int v = 0; v < NV; v++) {
+                    const uint8_t *q8 = pa + v * as + i * Q8K_BYTES + Q8K_QS + 64 * j;
+                    s[v] = _mm512_dpwssd_epi32(s[v], _mm512_maddubs_epi16(q, loadu512(q8)), sc);
+                }
+            }
+            for (int v = 0; v < NV; v++) {
+                const float yd = load_f32(pa + v * as + i * Q8K_BYTES);
+                acc[r][v] = _mm512_fmadd_ps(_mm512_set1_ps(yd * xd), _mm512_cvtepi32_ps(s[v]), acc[r][v]);
             }
         }
+    }
+    for (int r = 0; r < NR; r++)
         for (int v = 0; v < NV; v++) {
-            const float yd = load_f32(pa + v * as + i * Q8K_BYTES);
-            acc[v] = _mm512_fmadd_ps(_mm512_set1_ps(yd * xd), _mm512_cvtepi32_ps(s[v]), acc[v]);
+            __m128 m = _mm_add_ps(accm[r][v], _mm_movehl_ps(accm[r][v], accm[r][v]));
+            m = _mm_add_ss(m, _mm_movehdup_ps(m));
+            out[r * ldo + v] = _mm512_reduce_add_ps(acc[r][v]) - _mm_cvtss_f32(m);
         }
-    }
-    for (int v = 0; v < NV; v++) {
-        __m128 m = _mm_add_ps(accm[v], _mm_movehl_ps(accm[v], accm[v]));
-        m = _mm_add_ss(m, _mm_movehdup_ps(m));
-        out[v] = _mm512_reduce_add_ps(acc[v]) - _mm_cvtss_f32(m);
-    }
+}
+EL_AVX512 EL_FORCE_INLINE void q4_K_impl512(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
+    q4_K_tile512(n, w, 0, 1, a, as, NV, out, 0);
 }
 EL_NV_ENTRIES(EL_AVX512, vec_dot_q4_K_avx512, q4_K_impl512)
+EL_ROWS_ENTRY(EL_AVX512, vec_dot_q4_K_avx512, q4_K_tile512)
 
 /* Q6_K: levels u - 32 (u 6-bit unsigned): sum(u a sc) - 32 sum(sc bsums), as in avx2_kquants.c */
-EL_AVX512 EL_FORCE_INLINE void q6_K_impl512(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
+EL_AVX512 EL_FORCE_INLINE void q6_K_tile512(size_t n, const void *w, size_t ws, const int NR, const void *a,
+                                            size_t as, const int NV, float *out, size_t ldo) {
     const uint8_t *pw = w, *pa = a;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
-    __m512 acc[EL_NV_MAX];
-    for (int v = 0; v < NV; v++) acc[v] = _mm512_setzero_ps();
+    __m512 acc[EL_MV_ROWS][EL_NV_MAX];
+    for (int r = 0; r < NR; r++)
+        for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
     for (size_t i = 0; i < n / QK_K; i++) {
-        const uint8_t *x = pw + i * sizeof(block_q6_K);
-        const __m128i sc8 = _mm_loadu_si128((const __m128i *)(x + 192));
-        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-        const __m512i sc16z = _mm512_castsi256_si512(sc16);
-        __m512i s[EL_NV_MAX];
-        for (int v = 0; v < NV; v++) {
-            const uint8_t *y = pa + v * as + i * Q8K_BYTES;
-            const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, loadu256(y + Q8K_BSUMS)), 5);
-            s[v] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr));
-        }
-        for (int c = 0; c < 2; c++) {
-            const __m512i ql = loadu512(x + 64 * c);
-            const __m256i qh = loadu256(x + 128 + 32 * c);
-            const __m512i hq = join256(qh, _mm256_srli_epi16(qh, 2));
-            /* values 0-63 of this half (sub-blocks 8c..8c+3), then 64-127 (8c+4..8c+7); 2-bit
-             * fields are masked before the shift left, so nothing carries into the next byte */
-            const __m512i u01 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(hq, m2), 4));
-            const __m512i u23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                                _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hq, 4), m2), 4));
-            /* 16-value sub-blocks: 8 int16 pair sums each */
-            const __m512i sc_a = _mm512_permutexvar_epi16(rep8(8 * c), sc16z);
-            const __m512i sc_b = _mm512_permutexvar_epi16(rep8(8 * c + 4), sc16z);
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *x = pw + r * ws + i * sizeof(block_q6_K);
+            const __m128i sc8 = _mm_loadu_si128((const __m128i *)(x + 192));
+            const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+            const __m512i sc16z = _mm512_castsi256_si512(sc16);
+            __m512i s[EL_NV_MAX];
             for (int v = 0; v < NV; v++) {
-                const uint8_t *q8 = pa + v * as + i * Q8K_BYTES + Q8K_QS + 128 * c;
-                s[v] = _mm512_dpwssd_epi32(s[v], _mm512_maddubs_epi16(u01, loadu512(q8)), sc_a);
-                s[v] = _mm512_dpwssd_epi32(s[v], _mm512_maddubs_epi16(u23, loadu512(q8 + 64)), sc_b);
+                const uint8_t *y = pa + v * as + i * Q8K_BYTES;
+                const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, loadu256(y + Q8K_BSUMS)), 5);
+                s[v] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr));
+            }
+            for (int c = 0; c < 2; c++) {
+                const __m512i ql = loadu512(x + 64 * c);
+                const __m256i qh = loadu256(x + 128 + 32 * c);
+                const __m512i hq = join256(qh, _mm256_srli_epi16(qh, 2));
+                /* values 0-63 of this half (sub-blocks 8c..8c+3), then 64-127 (8c+4..8c+7); 2-bit
+                 * fields are masked before the shift left, so nothing carries into the next byte */
+                const __m512i u01 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(hq, m2), 4));
+                const __m512i u23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                                    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hq, 4), m2), 4));
+                /* 16-value sub-blocks: 8 int16 pair sums each */
+                const __m512i sc_a = _mm512_permutexvar_epi16(rep8(8 * c), sc16z);
+                const __m512i sc_b = _mm512_permutexvar_epi16(rep8(8 * c + 4), sc16z);
+                for (int v = 0; v < NV; v++) {
+                    const uint8_t *q8 = pa + v * as + i * Q8K_BYTES + Q8K_QS + 128 * c;
+                    s[v] = _mm512_dpwssd_epi32(s[v], _mm512_maddubs_epi16(u01, loadu512(q8)), sc_a);
+                    s[v] = _mm512_dpwssd_epi32(s[v], _mm512_maddubs_epi16(u23, loadu512(q8 + 64)), sc_b);
+                }
+            }
+            const float xd = el_h2f(x + 208);
+            for (int v = 0; v < NV; v++) {
+                const float yd = load_f32(pa + v * as + i * Q8K_BYTES);
+                acc[r][v] = _mm512_fmadd_ps(_mm512_set1_ps(yd * xd), _mm512_cvtepi32_ps(s[v]), acc[r][v]);
             }
         }
-        const float xd = el_h2f(x + 208);
-        for (int v = 0; v < NV; v++) {
-            const float yd = load_f32(pa + v * as + i * Q8K_BYTES);
-            acc[v] = _mm512_fmadd_ps(_mm512_set1_ps(yd * xd), _mm512_cvtepi32_ps(s[v]), acc[v]);
-        }
     }
-    for (int v = 0; v < NV; v++) out[v] = _mm512_reduce_add_ps(acc[v]);
+    for (int r = 0; r < NR; r++)
+        for (int v = 0; v < NV; v++) out[r * ldo + v] = _mm512_reduce_add_ps(acc[r][v]);
+}
+EL_AVX512 EL_FORCE_INLINE void q6_K_impl512(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
+    q6_K_tile512(n, w, 0, 1, a, as, NV, out, 0);
 }
 EL_NV_ENTRIES(EL_AVX512, vec_dot_q6_K_avx512, q6_K_impl512)
+EL_ROWS_ENTRY(EL_AVX512, vec_dot_q6_K_avx512, q6_K_tile512)
 
-/* Replaces the AVX2 entries of the types above (vec_dot, vec_dot_nv, vec_dot_tile together, as dispatch.h
- * requires; the AVX2 multi-row kernels of those types are cleared, their bits are AVX2's); every other
- * type keeps the AVX2 kernels el_kernels_fill_avx2 installed. */
+/* Replaces the AVX2 entries of the types above (vec_dot, vec_dot_nv, vec_dot_tile, vec_dot_rows
+ * together, as dispatch.h requires: the AVX2 multi-row kernels of those types are cleared first, their
+ * bits are AVX2's); every other type keeps the AVX2 kernels el_kernels_fill_avx2 installed. */
 void el_kernels_fill_avx512(el_kernels *k) {
     k->name = "avx512";
     static const int replaced[] = {EL_TYPE_Q8_0, EL_TYPE_Q5_0, EL_TYPE_Q4_K, EL_TYPE_Q6_K};
@@ -239,12 +263,16 @@ void el_kernels_fill_avx512(el_kernels *k) {
     k->vec_dot[EL_TYPE_Q8_0] = vec_dot_q8_0_avx512;
     k->vec_dot_nv[EL_TYPE_Q8_0] = vec_dot_q8_0_avx512_nv;
     k->vec_dot_tile[EL_TYPE_Q8_0] = vec_dot_q8_0_avx512_tile2;
+    k->vec_dot_rows[EL_TYPE_Q8_0] = vec_dot_q8_0_avx512_rows;
     k->vec_dot[EL_TYPE_Q5_0] = vec_dot_q5_0_avx512;
     k->vec_dot_nv[EL_TYPE_Q5_0] = vec_dot_q5_0_avx512_nv;
     k->vec_dot_tile[EL_TYPE_Q5_0] = vec_dot_q5_0_avx512_tile2;
+    k->vec_dot_rows[EL_TYPE_Q5_0] = vec_dot_q5_0_avx512_rows;
     k->vec_dot[EL_TYPE_Q4_K] = vec_dot_q4_K_avx512;
     k->vec_dot_nv[EL_TYPE_Q4_K] = vec_dot_q4_K_avx512_nv;
+    k->vec_dot_rows[EL_TYPE_Q4_K] = vec_dot_q4_K_avx512_rows;
     k->vec_dot[EL_TYPE_Q6_K] = vec_dot_q6_K_avx512;
     k->vec_dot_nv[EL_TYPE_Q6_K] = vec_dot_q6_K_avx512_nv;
+    k->vec_dot_rows[EL_TYPE_Q6_K] = vec_dot_q6_K_avx512_rows;
 }
 #endif
