@@ -19,11 +19,15 @@ EL_AVX512 static inline __m512i join256(__m256i lo, __m256i hi) {
 }
 
 /* ---- Q8_0 / Q5_0 x Q8_0: two blocks per zmm, NR weight rows x NV activation rows per call ----
- * A weight block becomes signed values w (Q5_0: nibble + 16 h - 16). vpdpbusd wants u8 x s8, so
- * the activations go unsigned as a + 128 (one xor per activation pair, shared by the NR rows) and
- * the accumulator starts at -128 sum(w) (once per weight pair, shared by the NV activations):
- * sum((a + 128) w) - 128 sum(w) = sum(a w), exact in int32. Floats: d = dx dy per lane, then
- * acc += d * float(isum), pairs of blocks alternating between two accumulators per output. */
+ * vpdpbusd multiplies u8 by s8 into int32, so one side must be unsigned:
+ * - Q8_0 (signed w, signed a): the activations go unsigned as a + 128 (one xor per activation pair,
+ *   shared by the NR rows) and the accumulator starts at -128 sum(w) (once per weight pair, shared
+ *   by the NV activations): sum((a + 128) w) - 128 sum(w) = sum(a w).
+ * - Q5_0 (w = u - 16 with u = nibble + 16 h in 0..31): u is the unsigned side as it stands, and the
+ *   accumulator starts at -16 sum(a) (once per activation pair, shared by the NR rows):
+ *   sum(u a) - 16 sum(a) = sum(w a). No per-row offset, no complement of the h mask.
+ * Both exact in int32. Floats: d = dx dy per lane, then acc += d * float(isum), one accumulator
+ * per output. Each type supplies _w (weight pair), _wst (its start term), _a, _ast, _dot. */
 
 /* fp16 scale pair -> (d0 in lanes 0-7, d1 in lanes 8-15) */
 EL_AVX512 static inline __m512 scale_pair16(const uint8_t *h0, const uint8_t *h1) {
@@ -32,11 +36,26 @@ EL_AVX512 static inline __m512 scale_pair16(const uint8_t *h0, const uint8_t *h1
                                  _mm512_castps128_ps512(p));
 }
 
-EL_AVX512 static inline __m512i prep_q8_0_x2(const uint8_t *x0, const uint8_t *x1) {
-    return join256(_mm256_loadu_si256((const __m256i *)(x0 + 2)), _mm256_loadu_si256((const __m256i *)(x1 + 2)));
+EL_AVX512 static inline __m512i act_x2(const uint8_t *y0, const uint8_t *y1) {
+    return join256(_mm256_loadu_si256((const __m256i *)(y0 + 2)), _mm256_loadu_si256((const __m256i *)(y1 + 2)));
 }
 
-EL_AVX512 static inline __m512i prep_q5_0_x2(const uint8_t *x0, const uint8_t *x1) {
+/* -K * (sum of each 4 signed bytes of v), K a u8 constant */
+EL_AVX512 static inline __m512i neg_scaled_sum4(__m512i v, char k) {
+    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(k), v));
+}
+
+EL_AVX512 static inline __m512i q8_0_w(const uint8_t *x0, const uint8_t *x1) { return act_x2(x0, x1); }
+EL_AVX512 static inline __m512i q8_0_wst(__m512i w) { return neg_scaled_sum4(w, (char)0x80); }
+EL_AVX512 static inline __m512i q8_0_a(const uint8_t *y0, const uint8_t *y1) {
+    return _mm512_xor_si512(act_x2(y0, y1), _mm512_set1_epi8((char)0x80));
+}
+EL_AVX512 static inline __m512i q8_0_ast(__m512i a) { return (void)a, _mm512_setzero_si512(); }
+EL_AVX512 static inline __m512i q8_0_dot(__m512i w, __m512i wst, __m512i a, __m512i ast) {
+    return (void)ast, _mm512_dpbusd_epi32(wst, a, w);
+}
+
+EL_AVX512 static inline __m512i q5_0_w(const uint8_t *x0, const uint8_t *x1) {
     const __m256i q0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(x0 + 6)));
     const __m256i q1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(x1 + 6)));
     /* 128-bit lanes qs0 qs0 qs1 qs1 -> low nibbles, high nibbles of each (values 0-15, 16-31) */
@@ -45,46 +64,42 @@ EL_AVX512 static inline __m512i prep_q5_0_x2(const uint8_t *x0, const uint8_t *x
     uint32_t h0, h1;
     memcpy(&h0, x0 + 2, 4);
     memcpy(&h1, x1 + 2, 4);
-    /* subtract 16 where the high bit h is clear */
+    /* u = nibble + 16 where the high bit h is set */
     const __mmask64 h = _cvtu64_mask64((uint64_t)h0 | (uint64_t)h1 << 32);
-    return _mm512_mask_sub_epi8(nib, _knot_mask64(h), nib, _mm512_set1_epi8(16));
+    return _mm512_mask_add_epi8(nib, h, nib, _mm512_set1_epi8(16));
 }
-
-/* -128 * (sum of each 4 signed bytes of w): the start of vpdpbusd on a + 128 */
-EL_AVX512 static inline __m512i offset_x2(__m512i w) {
-    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), w));
-}
-
-EL_AVX512 static inline __m512i act_u8_x2(const uint8_t *y0, const uint8_t *y1) {
-    const __m512i a = join256(_mm256_loadu_si256((const __m256i *)(y0 + 2)), _mm256_loadu_si256((const __m256i *)(y1 + 2)));
-    return _mm512_xor_si512(a, _mm512_set1_epi8((char)0x80));
+EL_AVX512 static inline __m512i q5_0_wst(__m512i w) { return (void)w, _mm512_setzero_si512(); }
+EL_AVX512 static inline __m512i q5_0_a(const uint8_t *y0, const uint8_t *y1) { return act_x2(y0, y1); }
+EL_AVX512 static inline __m512i q5_0_ast(__m512i a) { return neg_scaled_sum4(a, 16); }
+EL_AVX512 static inline __m512i q5_0_dot(__m512i w, __m512i wst, __m512i a, __m512i ast) {
+    return (void)wst, _mm512_dpbusd_epi32(ast, w, a);
 }
 
 /* One pair of blocks at block index I (PAIR = 0: I is the odd last block, paired with a zero block
  * of scale 0, which adds +0 to every lane) into the accumulators ACC[r][j]. */
-#define EL_SYM512_PAIR(ACC, I, PAIR, WB, PREP)                                                     \
+#define EL_SYM512_PAIR(ACC, I, PAIR, WB, T)                                                        \
     do {                                                                                           \
         __m512i wv[EL_MV_ROWS], wo[EL_MV_ROWS];                                                    \
         __m512 dx[EL_MV_ROWS];                                                                     \
         for (int r = 0; r < NR; r++) {                                                             \
             const uint8_t *x0 = pw + r * ws + (I) * (WB), *x1 = (PAIR) ? x0 + (WB) : zero_w;       \
-            wv[r] = PREP(x0, x1);                                                                  \
-            wo[r] = offset_x2(wv[r]);                                                              \
+            wv[r] = T##_w(x0, x1);                                                                 \
+            wo[r] = T##_wst(wv[r]);                                                                \
             dx[r] = scale_pair16(x0, x1);                                                          \
         }                                                                                          \
         for (int j = 0; j < NV; j++) {                                                             \
             const uint8_t *y0 = pa + j * as + (I) * 34, *y1 = (PAIR) ? y0 + 34 : zero_a;           \
-            const __m512i au = act_u8_x2(y0, y1);                                                  \
+            const __m512i av = T##_a(y0, y1), ao = T##_ast(av);                                    \
             const __m512 dy = scale_pair16(y0, y1);                                                \
             for (int r = 0; r < NR; r++) {                                                         \
-                const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(wo[r], au, wv[r]));        \
+                const __m512 f = _mm512_cvtepi32_ps(T##_dot(wv[r], wo[r], av, ao));                \
                 ACC[r][j] = _mm512_fmadd_ps(_mm512_mul_ps(dx[r], dy), f, ACC[r][j]);               \
             }                                                                                      \
         }                                                                                          \
     } while (0)
 
 /* out[r * ldo + j] = row r . activation row j; NR = NV = 1 is vec_dot, NR = 1 vec_dot_nv */
-#define EL_DOT_SYM512(NAME, WBYTES, PREP)                                                          \
+#define EL_DOT_SYM512(NAME, WBYTES, T)                                                               \
     EL_AVX512 EL_FORCE_INLINE void NAME##_tile(size_t n, const void *w, size_t ws, const int NR,   \
                                                const void *a, size_t as, const int NV, float *out, \
                                                size_t ldo) {                                      \
@@ -96,14 +111,14 @@ EL_AVX512 static inline __m512i act_u8_x2(const uint8_t *y0, const uint8_t *y1) 
             for (int j = 0; j < NV; j++) acc0[r][j] = _mm512_setzero_ps();            \
         size_t i = 0;                                                                              \
         for (; i + 4 <= nb; i += 4) {                                                              \
-            EL_SYM512_PAIR(acc0, i, 1, WBYTES, PREP);                                              \
-            EL_SYM512_PAIR(acc0, i + 2, 1, WBYTES, PREP);                                          \
+            EL_SYM512_PAIR(acc0, i, 1, WBYTES, T);                                                 \
+            EL_SYM512_PAIR(acc0, i + 2, 1, WBYTES, T);                                             \
         }                                                                                          \
         if (i + 2 <= nb) {                                                                         \
-            EL_SYM512_PAIR(acc0, i, 1, WBYTES, PREP);                                              \
+            EL_SYM512_PAIR(acc0, i, 1, WBYTES, T);                                                 \
             i += 2;                                                                                \
         }                                                                                          \
-        if (i < nb) EL_SYM512_PAIR(acc0, i, 0, WBYTES, PREP);                                      \
+        if (i < nb) EL_SYM512_PAIR(acc0, i, 0, WBYTES, T);                                         \
         for (int r = 0; r < NR; r++)                                                               \
             for (int j = 0; j < NV; j++)                                                           \
                 out[r * ldo + j] = _mm512_reduce_add_ps(acc0[r][j]);    \
@@ -124,8 +139,8 @@ EL_AVX512 static inline __m512i act_u8_x2(const uint8_t *y0, const uint8_t *y1) 
     }                                                                                              \
     EL_ROWS_ENTRY(EL_AVX512, NAME, NAME##_tile)
 
-EL_DOT_SYM512(vec_dot_q8_0_avx512, 34, prep_q8_0_x2)
-EL_DOT_SYM512(vec_dot_q5_0_avx512, 22, prep_q5_0_x2)
+EL_DOT_SYM512(vec_dot_q8_0_avx512, 34, q8_0)
+EL_DOT_SYM512(vec_dot_q5_0_avx512, 22, q5_0)
 
 /* ---- K-quants x Q8_K ----
  * One zmm = 64 weight values against 64 contiguous activation bytes: vpmaddubsw makes exact int16
