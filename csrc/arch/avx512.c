@@ -18,7 +18,8 @@ EL_AVX512 static inline __m512i join256(__m256i lo, __m256i hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-/* ---- Q8_0 / Q5_0 x Q8_0: two blocks per zmm, NR weight rows x NV activation rows per call ----
+/* ---- 32-value blocks (Q8_0, Q5_0 x Q8_0; Q4_1, Q5_1 x Q8_1): two blocks per zmm, NR weight rows
+ * x NV activation rows per call ----
  * vpdpbusd multiplies u8 by s8 into int32, so one side must be unsigned:
  * - Q8_0 (signed w, signed a): the activations go unsigned as a + 128 (one xor per activation pair,
  *   shared by the NR rows) and the accumulator starts at -128 sum(w) (once per weight pair, shared
@@ -26,18 +27,15 @@ EL_AVX512 static inline __m512i join256(__m256i lo, __m256i hi) {
  * - Q5_0 (w = u - 16 with u = nibble + 16 h in 0..31): u is the unsigned side as it stands, and the
  *   accumulator starts at -16 sum(a) (once per activation pair, shared by the NR rows):
  *   sum(u a) - 16 sum(a) = sum(w a). No per-row offset, no complement of the h mask.
- * Both exact in int32. Floats: d = dx dy per lane, then acc += d * float(isum), one accumulator
- * per output. Each type supplies _w (weight pair), _wst (its start term), _a, _ast, _dot. */
+ * - Q4_1 / Q5_1 (x = d u + m, u unsigned): sum(u a) straight, the min term m s (Q8_1's s = dy sum(a))
+ *   added per block apart.
+ * All exact in int32. Floats: the block scales of a pair as one xmm product p = hx hy (Q8_0 / Q5_0:
+ * [dx0 dy0, dx1 dy1]; Q4_1 / Q5_1: [dx0 dy0, m0 s0, dx1 dy1, m1 s1]), broadcast to the 16 lanes,
+ * acc += d * float(isum), one accumulator per output; the min terms add up in p's lanes 1 and 3.
+ * Each type supplies _w (weight pair), _wst (its start term), _a, _ast, _dot, _h (scale halves). */
 
-/* fp16 scale pair -> (d0 in lanes 0-7, d1 in lanes 8-15) */
-EL_AVX512 static inline __m512 scale_pair16(const uint8_t *h0, const uint8_t *h1) {
-    const __m128 p = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(ld16(h0) | ld16(h1) << 16)));
-    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                                 _mm512_castps128_ps512(p));
-}
-
-EL_AVX512 static inline __m512i act_x2(const uint8_t *y0, const uint8_t *y1) {
-    return join256(_mm256_loadu_si256((const __m256i *)(y0 + 2)), _mm256_loadu_si256((const __m256i *)(y1 + 2)));
+EL_AVX512 static inline __m512i act_x2(const uint8_t *q0, const uint8_t *q1) {
+    return join256(_mm256_loadu_si256((const __m256i *)q0), _mm256_loadu_si256((const __m256i *)q1));
 }
 
 /* -K * (sum of each 4 signed bytes of v), K a u8 constant */
@@ -45,83 +43,144 @@ EL_AVX512 static inline __m512i neg_scaled_sum4(__m512i v, char k) {
     return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(k), v));
 }
 
-EL_AVX512 static inline __m512i q8_0_w(const uint8_t *x0, const uint8_t *x1) { return act_x2(x0, x1); }
+/* the 16 nibbles at q of two blocks in value order (low nibbles 0-15, high 16-31), as u8 */
+EL_AVX512 static inline __m512i nibbles_x2(const uint8_t *q0, const uint8_t *q1) {
+    const __m256i b0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)q0));
+    const __m256i b1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)q1));
+    /* 128-bit lanes qs0 qs0 qs1 qs1 -> low nibbles, high nibbles of each */
+    return _mm512_and_si512(_mm512_srlv_epi64(join256(b0, b1), _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)),
+                            _mm512_set1_epi8(0x0F));
+}
+
+/* + 16 where the qh bit (32 per block, at h0 / h1) is set */
+EL_AVX512 static inline __m512i add_high_x2(__m512i nib, const uint8_t *h0, const uint8_t *h1) {
+    uint32_t b0, b1;
+    memcpy(&b0, h0, 4);
+    memcpy(&b1, h1, 4);
+    return _mm512_mask_add_epi8(nib, _cvtu64_mask64((uint64_t)b0 | (uint64_t)b1 << 32), nib, _mm512_set1_epi8(16));
+}
+
+/* one fp16 at p and q -> [p, q, 0, 0]; two (at p, p + 2 and q, q + 2) -> [p0, p1, q0, q1] */
+EL_AVX512 static inline __m128 halves1(const uint8_t *p, const uint8_t *q) {
+    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)(ld16(p) | ld16(q) << 16)));
+}
+EL_AVX512 static inline __m128 halves2(const uint8_t *p, const uint8_t *q) {
+    uint32_t a, b;
+    memcpy(&a, p, 4);
+    memcpy(&b, q, 4);
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)((uint64_t)a | (uint64_t)b << 32)));
+}
+
+EL_AVX512 static inline __m512i q8_0_w(const uint8_t *x0, const uint8_t *x1) { return act_x2(x0 + 2, x1 + 2); }
 EL_AVX512 static inline __m512i q8_0_wst(__m512i w) { return neg_scaled_sum4(w, (char)0x80); }
 EL_AVX512 static inline __m512i q8_0_a(const uint8_t *y0, const uint8_t *y1) {
-    return _mm512_xor_si512(act_x2(y0, y1), _mm512_set1_epi8((char)0x80));
+    return _mm512_xor_si512(act_x2(y0 + 2, y1 + 2), _mm512_set1_epi8((char)0x80));
 }
 EL_AVX512 static inline __m512i q8_0_ast(__m512i a) { return (void)a, _mm512_setzero_si512(); }
 EL_AVX512 static inline __m512i q8_0_dot(__m512i w, __m512i wst, __m512i a, __m512i ast) {
     return (void)ast, _mm512_dpbusd_epi32(wst, a, w);
 }
+#define q8_0_h halves1
+#define q8_0_MIN 0
 
 EL_AVX512 static inline __m512i q5_0_w(const uint8_t *x0, const uint8_t *x1) {
-    const __m256i q0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(x0 + 6)));
-    const __m256i q1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(x1 + 6)));
-    /* 128-bit lanes qs0 qs0 qs1 qs1 -> low nibbles, high nibbles of each (values 0-15, 16-31) */
-    const __m512i nib = _mm512_and_si512(_mm512_srlv_epi64(join256(q0, q1), _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)),
-                                         _mm512_set1_epi8(0x0F));
-    uint32_t h0, h1;
-    memcpy(&h0, x0 + 2, 4);
-    memcpy(&h1, x1 + 2, 4);
-    /* u = nibble + 16 where the high bit h is set */
-    const __mmask64 h = _cvtu64_mask64((uint64_t)h0 | (uint64_t)h1 << 32);
-    return _mm512_mask_add_epi8(nib, h, nib, _mm512_set1_epi8(16));
+    return add_high_x2(nibbles_x2(x0 + 6, x1 + 6), x0 + 2, x1 + 2);
 }
-EL_AVX512 static inline __m512i q5_0_wst(__m512i w) { return (void)w, _mm512_setzero_si512(); }
-EL_AVX512 static inline __m512i q5_0_a(const uint8_t *y0, const uint8_t *y1) { return act_x2(y0, y1); }
+EL_AVX512 static inline __m512i zero_st(__m512i v) { return (void)v, _mm512_setzero_si512(); }
+#define q5_0_wst zero_st
+EL_AVX512 static inline __m512i q5_0_a(const uint8_t *y0, const uint8_t *y1) { return act_x2(y0 + 2, y1 + 2); }
 EL_AVX512 static inline __m512i q5_0_ast(__m512i a) { return neg_scaled_sum4(a, 16); }
 EL_AVX512 static inline __m512i q5_0_dot(__m512i w, __m512i wst, __m512i a, __m512i ast) {
     return (void)wst, _mm512_dpbusd_epi32(ast, w, a);
 }
+#define q5_0_h halves1
+#define q5_0_MIN 0
+
+/* Q4_1: d, m, qs[16]; Q5_1: d, m, qh[4], qs[16]; Q8_1: d, s, qs[32] */
+EL_AVX512 static inline __m512i q4_1_w(const uint8_t *x0, const uint8_t *x1) { return nibbles_x2(x0 + 4, x1 + 4); }
+EL_AVX512 static inline __m512i q5_1_w(const uint8_t *x0, const uint8_t *x1) {
+    return add_high_x2(nibbles_x2(x0 + 8, x1 + 8), x0 + 4, x1 + 4);
+}
+EL_AVX512 static inline __m512i q8_1_a(const uint8_t *y0, const uint8_t *y1) { return act_x2(y0 + 4, y1 + 4); }
+EL_AVX512 static inline __m512i unsigned_dot(__m512i w, __m512i wst, __m512i a, __m512i ast) {
+    return (void)wst, (void)ast, _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, a);
+}
+#define q4_1_wst zero_st
+#define q4_1_a q8_1_a
+#define q4_1_ast zero_st
+#define q4_1_dot unsigned_dot
+#define q4_1_h halves2
+#define q4_1_MIN 1
+#define q5_1_wst zero_st
+#define q5_1_a q8_1_a
+#define q5_1_ast zero_st
+#define q5_1_dot unsigned_dot
+#define q5_1_h halves2
+#define q5_1_MIN 1
 
 /* One pair of blocks at block index I (PAIR = 0: I is the odd last block, paired with a zero block
- * of scale 0, which adds +0 to every lane) into the accumulators ACC[r][j]. */
-#define EL_SYM512_PAIR(ACC, I, PAIR, WB, T)                                                        \
+ * of scale 0, which adds +0 to every lane) into the accumulators ACC[r][j] (and MINS[r][j]). */
+#define EL_BLK512_PAIR(ACC, MINS, I, PAIR, WB, AB, T)                                              \
     do {                                                                                           \
         __m512i wv[EL_MV_ROWS], wo[EL_MV_ROWS];                                                    \
-        __m512 dx[EL_MV_ROWS];                                                                     \
+        __m128 hx[EL_MV_ROWS];                                                                     \
         for (int r = 0; r < NR; r++) {                                                             \
             const uint8_t *x0 = pw + r * ws + (I) * (WB), *x1 = (PAIR) ? x0 + (WB) : zero_w;       \
             wv[r] = T##_w(x0, x1);                                                                 \
             wo[r] = T##_wst(wv[r]);                                                                \
-            dx[r] = scale_pair16(x0, x1);                                                          \
+            hx[r] = T##_h(x0, x1);                                                                 \
         }                                                                                          \
         for (int j = 0; j < NV; j++) {                                                             \
-            const uint8_t *y0 = pa + j * as + (I) * 34, *y1 = (PAIR) ? y0 + 34 : zero_a;           \
+            const uint8_t *y0 = pa + j * as + (I) * (AB), *y1 = (PAIR) ? y0 + (AB) : zero_a;       \
             const __m512i av = T##_a(y0, y1), ao = T##_ast(av);                                    \
-            const __m512 dy = scale_pair16(y0, y1);                                                \
+            const __m128 hy = T##_h(y0, y1);                                                       \
             for (int r = 0; r < NR; r++) {                                                         \
+                const __m128 p = _mm_mul_ps(hx[r], hy);                                            \
+                const __m512 d = _mm512_permutexvar_ps(didx, _mm512_castps128_ps512(p));           \
                 const __m512 f = _mm512_cvtepi32_ps(T##_dot(wv[r], wo[r], av, ao));                \
-                ACC[r][j] = _mm512_fmadd_ps(_mm512_mul_ps(dx[r], dy), f, ACC[r][j]);               \
+                ACC[r][j] = _mm512_fmadd_ps(d, f, ACC[r][j]);                                      \
+                if (T##_MIN) MINS[r][j] = _mm_add_ps(MINS[r][j], p);                               \
             }                                                                                      \
         }                                                                                          \
     } while (0)
 
 /* out[r * ldo + j] = row r . activation row j; NR = NV = 1 is vec_dot, NR = 1 vec_dot_nv */
-#define EL_DOT_SYM512(NAME, WBYTES, T)                                                               \
+#define EL_DOT_BLK512(NAME, WBYTES, ABYTES, T)                                                     \
     EL_AVX512 EL_FORCE_INLINE void NAME##_tile(size_t n, const void *w, size_t ws, const int NR,   \
                                                const void *a, size_t as, const int NV, float *out, \
                                                size_t ldo) {                                      \
-        static const uint8_t zero_w[WBYTES], zero_a[34];                                           \
+        static const uint8_t zero_w[WBYTES], zero_a[ABYTES];                                       \
         const uint8_t *pw = w, *pa = a;                                                            \
         const size_t nb = n / 32;                                                                  \
-        __m512 acc0[EL_MV_ROWS][EL_NV_MAX];                                                        \
+        /* lanes 0-7 <- p[0], 8-15 <- p[1] (one scale per block) or p[2] (scale, min per block) */ \
+        const __m512i didx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1 + T##_MIN, 1 + T##_MIN,   \
+                                               1 + T##_MIN, 1 + T##_MIN, 1 + T##_MIN, 1 + T##_MIN, \
+                                               1 + T##_MIN, 1 + T##_MIN);                          \
+        __m512 acc[EL_MV_ROWS][EL_NV_MAX];                                                         \
+        __m128 mins[EL_MV_ROWS][EL_NV_MAX];                                                        \
         for (int r = 0; r < NR; r++)                                                               \
-            for (int j = 0; j < NV; j++) acc0[r][j] = _mm512_setzero_ps();            \
+            for (int j = 0; j < NV; j++) acc[r][j] = _mm512_setzero_ps(), mins[r][j] = _mm_setzero_ps(); \
         size_t i = 0;                                                                              \
         for (; i + 4 <= nb; i += 4) {                                                              \
-            EL_SYM512_PAIR(acc0, i, 1, WBYTES, T);                                                 \
-            EL_SYM512_PAIR(acc0, i + 2, 1, WBYTES, T);                                             \
+            EL_BLK512_PAIR(acc, mins, i, 1, WBYTES, ABYTES, T);                                    \
+            EL_BLK512_PAIR(acc, mins, i + 2, 1, WBYTES, ABYTES, T);                                \
         }                                                                                          \
         if (i + 2 <= nb) {                                                                         \
-            EL_SYM512_PAIR(acc0, i, 1, WBYTES, T);                                                 \
+            EL_BLK512_PAIR(acc, mins, i, 1, WBYTES, ABYTES, T);                                    \
             i += 2;                                                                                \
         }                                                                                          \
-        if (i < nb) EL_SYM512_PAIR(acc0, i, 0, WBYTES, T);                                         \
+        if (i < nb) EL_BLK512_PAIR(acc, mins, i, 0, WBYTES, ABYTES, T);                            \
         for (int r = 0; r < NR; r++)                                                               \
-            for (int j = 0; j < NV; j++)                                                           \
-                out[r * ldo + j] = _mm512_reduce_add_ps(acc0[r][j]);    \
+            for (int j = 0; j < NV; j++) {                                                         \
+                const float s = _mm512_reduce_add_ps(acc[r][j]);                                   \
+                if (T##_MIN) {                                                                     \
+                    const __m128 m = mins[r][j];                                                   \
+                    out[r * ldo + j] = s + (_mm_cvtss_f32(_mm_shuffle_ps(m, m, 1)) +               \
+                                            _mm_cvtss_f32(_mm_shuffle_ps(m, m, 3)));               \
+                } else {                                                                           \
+                    out[r * ldo + j] = s;                                                          \
+                }                                                                                  \
+            }                                                                                      \
     }                                                                                              \
     EL_AVX512 EL_FORCE_INLINE void NAME##_impl(size_t n, const void *w, const void *a, size_t as,  \
                                                const int NV, float *out) {                        \
@@ -139,8 +198,10 @@ EL_AVX512 static inline __m512i q5_0_dot(__m512i w, __m512i wst, __m512i a, __m5
     }                                                                                              \
     EL_ROWS_ENTRY(EL_AVX512, NAME, NAME##_tile)
 
-EL_DOT_SYM512(vec_dot_q8_0_avx512, 34, q8_0)
-EL_DOT_SYM512(vec_dot_q5_0_avx512, 22, q5_0)
+EL_DOT_BLK512(vec_dot_q8_0_avx512, 34, 34, q8_0)
+EL_DOT_BLK512(vec_dot_q5_0_avx512, 22, 34, q5_0)
+EL_DOT_BLK512(vec_dot_q4_1_avx512, 20, 36, q4_1)
+EL_DOT_BLK512(vec_dot_q5_1_avx512, 24, 36, q5_1)
 
 /* ---- K-quants x Q8_K ----
  * One zmm = 64 weight values against 64 contiguous activation bytes: vpmaddubsw makes exact int16
@@ -270,7 +331,7 @@ EL_ROWS_ENTRY(EL_AVX512, vec_dot_q6_K_avx512, q6_K_tile512)
  * bits are AVX2's); every other type keeps the AVX2 kernels el_kernels_fill_avx2 installed. */
 void el_kernels_fill_avx512(el_kernels *k) {
     k->name = "avx512";
-    static const int replaced[] = {EL_TYPE_Q8_0, EL_TYPE_Q5_0, EL_TYPE_Q4_K, EL_TYPE_Q6_K};
+    static const int replaced[] = {EL_TYPE_Q8_0, EL_TYPE_Q5_0, EL_TYPE_Q4_1, EL_TYPE_Q5_1, EL_TYPE_Q4_K, EL_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof replaced / sizeof replaced[0]; i++) {
         k->vec_dot_tile[replaced[i]] = NULL;
         k->vec_dot_rows[replaced[i]] = NULL;
@@ -283,6 +344,14 @@ void el_kernels_fill_avx512(el_kernels *k) {
     k->vec_dot_nv[EL_TYPE_Q5_0] = vec_dot_q5_0_avx512_nv;
     k->vec_dot_tile[EL_TYPE_Q5_0] = vec_dot_q5_0_avx512_tile2;
     k->vec_dot_rows[EL_TYPE_Q5_0] = vec_dot_q5_0_avx512_rows;
+    k->vec_dot[EL_TYPE_Q4_1] = vec_dot_q4_1_avx512;
+    k->vec_dot_nv[EL_TYPE_Q4_1] = vec_dot_q4_1_avx512_nv;
+    k->vec_dot_tile[EL_TYPE_Q4_1] = vec_dot_q4_1_avx512_tile2;
+    k->vec_dot_rows[EL_TYPE_Q4_1] = vec_dot_q4_1_avx512_rows;
+    k->vec_dot[EL_TYPE_Q5_1] = vec_dot_q5_1_avx512;
+    k->vec_dot_nv[EL_TYPE_Q5_1] = vec_dot_q5_1_avx512_nv;
+    k->vec_dot_tile[EL_TYPE_Q5_1] = vec_dot_q5_1_avx512_tile2;
+    k->vec_dot_rows[EL_TYPE_Q5_1] = vec_dot_q5_1_avx512_rows;
     k->vec_dot[EL_TYPE_Q4_K] = vec_dot_q4_K_avx512;
     k->vec_dot_nv[EL_TYPE_Q4_K] = vec_dot_q4_K_avx512_nv;
     k->vec_dot_rows[EL_TYPE_Q4_K] = vec_dot_q4_K_avx512_rows;
