@@ -213,47 +213,54 @@ EL_AVX2 static inline __m256i load_q5_1(const uint8_t *b) {
     EL_ROWS_ENTRY(EL_AVX2, NAME, NAME##_tile)
 
 /* Weights with a min x Q8_1 (36-byte blocks: fp16 d, fp16 s = d * sum(q), 32 int8):
- * d_w d_a sum(q_w q_a) + m_w s_a per block; the min terms go to their own accumulator. */
+ * d_w d_a sum(q_w q_a) + m_w s_a per block. NR weight rows x NV activation rows, two blocks per
+ * iteration into two accumulators per output; the four scale products of a block pair come from one
+ * multiply ([d, m] of the weights by [d, s] of the activations), the min terms add up in its lanes
+ * 1 and 3. Every output sees the operations of NR = NV = 1 (vec_dot) in the same order. */
+
 #define EL_DOT_MIN(NAME, WBYTES, LOADW)                                                            \
-    EL_AVX2 EL_FORCE_INLINE void NAME##_impl(size_t n, const void *w, const void *a, size_t as,    \
-                                             const int NV, float *out) {                          \
+    EL_AVX2 EL_FORCE_INLINE void NAME##_tile(size_t n, const void *w, size_t ws, const int NR,     \
+                                             const void *a, size_t as, const int NV, float *out,  \
+                                             size_t ldo) {                                        \
+        static const uint8_t zero_w[WBYTES], zero_a[36];                                           \
         const uint8_t *pw = w, *pa = a;                                                            \
         const size_t nb = n / 32;                                                                  \
-        __m256 acc0[EL_NV_MAX], acc1[EL_NV_MAX];                                                   \
-        float summs[EL_NV_MAX];                                                                    \
-        for (int j = 0; j < NV; j++) acc0[j] = acc1[j] = _mm256_setzero_ps(), summs[j] = 0.0f;     \
-        size_t i = 0;                                                                              \
-        for (; i + 2 <= nb; i += 2) {                                                              \
-            const uint8_t *x0 = pw + i * (WBYTES), *x1 = x0 + (WBYTES);                            \
-            const __m256i w0 = LOADW(x0), w1 = LOADW(x1);                                          \
-            const __m128 fx = NV > 1 ? scales_x2(x0, x1) : _mm_setzero_ps();                       \
-            const float m0 = el_h2f(x0 + 2), m1 = el_h2f(x1 + 2);                                  \
-            for (int j = 0; j < NV; j++) {                                                         \
-                const uint8_t *y0 = pa + j * as + i * 36, *y1 = y0 + 36;                           \
-                __m256 d0, d1;                                                                     \
-                if (NV == 1) scales2(x0, x1, y0, y1, &d0, &d1);                                    \
-                else scales2_y(fx, y0, y1, &d0, &d1);                                              \
-                summs[j] += m0 * el_h2f(y0 + 2) + m1 * el_h2f(y1 + 2);                             \
-                const __m256i q0 = _mm256_loadu_si256((const __m256i *)(y0 + 4));                  \
-                const __m256i q1 = _mm256_loadu_si256((const __m256i *)(y1 + 4));                  \
-                acc0[j] = _mm256_fmadd_ps(d0, dot_u8_f32(w0, q0), acc0[j]);                        \
-                acc1[j] = _mm256_fmadd_ps(d1, dot_u8_f32(w1, q1), acc1[j]);                        \
+        __m256 acc0[EL_MV_ROWS][EL_NV_MAX], acc1[EL_MV_ROWS][EL_NV_MAX];                           \
+        __m128 mins[EL_MV_ROWS][EL_NV_MAX];                                                        \
+        for (int r = 0; r < NR; r++)                                                               \
+            for (int j = 0; j < NV; j++)                                                           \
+                acc0[r][j] = acc1[r][j] = _mm256_setzero_ps(), mins[r][j] = _mm_setzero_ps();      \
+        for (size_t i = 0; i < nb; i += 2) {                                                       \
+            const int pair = i + 1 < nb; /* else the odd last block, with a zero block of scale 0 */ \
+            for (int r = 0; r < NR; r++) {                                                         \
+                const uint8_t *x0 = pw + r * ws + i * (WBYTES), *x1 = pair ? x0 + (WBYTES) : zero_w; \
+                const __m256i w0 = LOADW(x0), w1 = LOADW(x1);                                      \
+                const __m128 hx = halves_dm2(x0, x1);                                              \
+                for (int j = 0; j < NV; j++) {                                                     \
+                    const uint8_t *y0 = pa + j * as + i * 36, *y1 = pair ? y0 + 36 : zero_a;       \
+                    /* [dx0 dy0, m0 s0, dx1 dy1, m1 s1] */                                         \
+                    const __m128 p = _mm_mul_ps(hx, halves_dm2(y0, y1));                           \
+                    const __m256 d0 = _mm256_broadcastss_ps(p);                                    \
+                    const __m256 d1 = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(p), _mm256_set1_epi32(2)); \
+                    mins[r][j] = _mm_add_ps(mins[r][j], p);                                        \
+                    acc0[r][j] = _mm256_fmadd_ps(d0, dot_u8_f32(w0, loadu256(y0 + 4)), acc0[r][j]); \
+                    acc1[r][j] = _mm256_fmadd_ps(d1, dot_u8_f32(w1, loadu256(y1 + 4)), acc1[r][j]); \
+                }                                                                                  \
             }                                                                                      \
         }                                                                                          \
-        if (i < nb) {                                                                              \
-            const uint8_t *x0 = pw + i * (WBYTES);                                                 \
-            const __m256i w0 = LOADW(x0);                                                          \
+        for (int r = 0; r < NR; r++)                                                               \
             for (int j = 0; j < NV; j++) {                                                         \
-                const uint8_t *y0 = pa + j * as + i * 36;                                          \
-                const __m256 d0 = _mm256_set1_ps(el_h2f(x0) * el_h2f(y0));                         \
-                summs[j] += el_h2f(x0 + 2) * el_h2f(y0 + 2);                                       \
-                const __m256i q0 = _mm256_loadu_si256((const __m256i *)(y0 + 4));                  \
-                acc0[j] = _mm256_fmadd_ps(d0, dot_u8_f32(w0, q0), acc0[j]);                        \
+                const __m128 m = mins[r][j];                                                       \
+                out[r * ldo + j] = el_hsum_ps(_mm256_add_ps(acc0[r][j], acc1[r][j])) +             \
+                                   (_mm_cvtss_f32(_mm_shuffle_ps(m, m, 1)) + _mm_cvtss_f32(_mm_shuffle_ps(m, m, 3))); \
             }                                                                                      \
-        }                                                                                          \
-        for (int j = 0; j < NV; j++) out[j] = el_hsum_ps(_mm256_add_ps(acc0[j], acc1[j])) + summs[j]; \
     }                                                                                              \
-    EL_NV_ENTRIES(EL_AVX2, NAME, NAME##_impl)
+    EL_AVX2 EL_FORCE_INLINE void NAME##_impl(size_t n, const void *w, const void *a, size_t as,    \
+                                             const int NV, float *out) {                          \
+        NAME##_tile(n, w, 0, 1, a, as, NV, out, 0);                                                \
+    }                                                                                              \
+    EL_NV_ENTRIES(EL_AVX2, NAME, NAME##_impl)                                                      \
+    EL_ROWS_ENTRY(EL_AVX2, NAME, NAME##_tile)
 
 /* Q8_0: x signed; vpmaddubsw wants one unsigned operand, so |x| and y with x's sign. Exact unless
  * a byte of x is -128 (|x| wraps): no quantizer here produces -128 in weights. */
@@ -492,6 +499,8 @@ void el_kernels_fill_avx2(el_kernels *k) {
     k->vec_dot_rows[EL_TYPE_Q8_0] = vec_dot_q8_0_avx2_rows;
     k->vec_dot_rows[EL_TYPE_Q4_0] = vec_dot_q4_0_avx2_rows;
     k->vec_dot_rows[EL_TYPE_Q5_0] = vec_dot_q5_0_avx2_rows;
+    k->vec_dot_rows[EL_TYPE_Q4_1] = vec_dot_q4_1_avx2_rows;
+    k->vec_dot_rows[EL_TYPE_Q5_1] = vec_dot_q5_1_avx2_rows;
     k->quantize_act[EL_TYPE_Q8_0] = quantize_q8_0_avx2;
     k->quantize_act[EL_TYPE_Q8_1] = quantize_q8_1_avx2;
     k->dot_f32 = dot_f32_avx2;

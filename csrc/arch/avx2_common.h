@@ -101,6 +101,14 @@ static inline uint32_t ld16(const uint8_t *p) {
     return h;
 }
 
+/* the fp16 pairs at p and q (d, m of a weight block or d, s of a Q8_1 block) -> [p0, p1, q0, q1] */
+EL_AVX2 static inline __m128 halves_dm2(const uint8_t *p, const uint8_t *q) {
+    uint32_t a, b;
+    memcpy(&a, p, 4);
+    memcpy(&b, q, 4);
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)((uint64_t)a | (uint64_t)b << 32)));
+}
+
 /* d(x0) d(y0) and d(x1) d(y1) of two block pairs, broadcast: the four halves go through one
  * vcvtph2ps (vector ports are the bottleneck here; the packing runs on the integer ALUs) */
 EL_AVX2 static inline void scales2(const uint8_t *x0, const uint8_t *x1, const uint8_t *y0, const uint8_t *y1,

@@ -60,15 +60,9 @@ EL_AVX512 static inline __m512i add_high_x2(__m512i nib, const uint8_t *h0, cons
     return _mm512_mask_add_epi8(nib, _cvtu64_mask64((uint64_t)b0 | (uint64_t)b1 << 32), nib, _mm512_set1_epi8(16));
 }
 
-/* one fp16 at p and q -> [p, q, 0, 0]; two (at p, p + 2 and q, q + 2) -> [p0, p1, q0, q1] */
+/* one fp16 at p and q -> [p, q, 0, 0] (halves_dm2, in avx2_common.h, takes two of each) */
 EL_AVX512 static inline __m128 halves1(const uint8_t *p, const uint8_t *q) {
     return _mm_cvtph_ps(_mm_cvtsi32_si128((int)(ld16(p) | ld16(q) << 16)));
-}
-EL_AVX512 static inline __m128 halves2(const uint8_t *p, const uint8_t *q) {
-    uint32_t a, b;
-    memcpy(&a, p, 4);
-    memcpy(&b, q, 4);
-    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)((uint64_t)a | (uint64_t)b << 32)));
 }
 
 EL_AVX512 static inline __m512i q8_0_w(const uint8_t *x0, const uint8_t *x1) { return act_x2(x0 + 2, x1 + 2); }
@@ -109,13 +103,13 @@ EL_AVX512 static inline __m512i unsigned_dot(__m512i w, __m512i wst, __m512i a, 
 #define q4_1_a q8_1_a
 #define q4_1_ast zero_st
 #define q4_1_dot unsigned_dot
-#define q4_1_h halves2
+#define q4_1_h halves_dm2
 #define q4_1_MIN 1
 #define q5_1_wst zero_st
 #define q5_1_a q8_1_a
 #define q5_1_ast zero_st
 #define q5_1_dot unsigned_dot
-#define q5_1_h halves2
+#define q5_1_h halves_dm2
 #define q5_1_MIN 1
 
 /* One pair of blocks at block index I (PAIR = 0: I is the odd last block, paired with a zero block
