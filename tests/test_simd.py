@@ -379,7 +379,7 @@ def test_matmul_thread_counts_give_identical_bits(simd_isa: str, wtype: int) -> 
 # ---- batches (prefill): each output has the bits of the single-row computation ----
 
 EL_NV_MAX = 4
-NV_TYPES = [T.Q8_0, T.Q5_0, T.Q4_0, T.Q4_1, T.Q5_1, T.Q4_K, T.Q6_K]
+NV_TYPES = [T.Q8_0, T.Q5_0, T.Q4_0, T.Q4_1, T.Q5_1, T.Q4_K, T.Q5_K, T.Q6_K]
 
 
 @pytest.mark.parametrize("wtype", NV_TYPES, ids=lambda t: T(t).name)
@@ -487,7 +487,7 @@ def test_matvec_any_row_count_and_thread_count_gives_vec_dot_bits(simd_isa: str,
             p.close()
 
 
-@pytest.mark.parametrize("wtype", [*NV_TYPES, T.Q5_K, T.F16], ids=lambda t: T(t).name)
+@pytest.mark.parametrize("wtype", [*NV_TYPES, T.F16], ids=lambda t: T(t).name)
 def test_batched_matmul_rows_equal_single_row_matmuls(simd_isa: str, wtype: int) -> None:
     """What makes a batched prompt give the logits of token-by-token evaluation."""
     rng = np.random.default_rng(int(wtype) + 700)

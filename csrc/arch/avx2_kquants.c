@@ -70,40 +70,69 @@ EL_NV_ENTRIES(EL_AVX2, vec_dot_q4_K_avx2, q4_K_impl)
 EL_ROWS_ENTRY(EL_AVX2, vec_dot_q4_K_avx2, q4_K_tile)
 
 /* block_q5_K: d, dmin, scales[12], qh[32] at 16, qs[128] at 48. The 5th bit of chunk c's low
- * half is bit 2c of qh[l], of its high half bit 2c+1. */
-EL_AVX2 static float vec_dot_q5_K_avx2(size_t n, const void *w, const void *a) {
+ * half is bit 2c of qh[l], of its high half bit 2c+1. Tiled like Q4_K (one int32 accumulator per
+ * output, the float steps per super-block the same for every output); serves vec_dot and
+ * vec_dot_nv. */
+EL_AVX2 EL_FORCE_INLINE void q5_K_tile(size_t n, const void *w, size_t ws, const int NR, const void *a, size_t as,
+                                       const int NV, float *out, size_t ldo) {
     const uint8_t *pw = w, *pa = a;
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
+    __m256 acc[EL_MV_ROWS][EL_NV_MAX];
+    __m128 accm[EL_MV_ROWS][EL_NV_MAX];
+    for (int r = 0; r < NR; r++)
+        for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps(), accm[r][v] = _mm_setzero_ps();
     for (size_t i = 0; i < n / QK_K; i++) {
-        const uint8_t *x = pw + i * sizeof(block_q5_K), *y = pa + i * Q8K_BYTES;
-        const float yd = load_f32(y);
-        const __m256i scmn = unpack_scales_mins_k4(x + 4);
-        accm = _mm_fmadd_ps(_mm_set1_ps(yd * el_h2f(x + 2)), _mm_cvtepi32_ps(mins_dot_bsums(scmn, y)), accm);
-        const __m256i sc = _mm256_permute2x128_si256(scmn, scmn, 0x00);
-        const uint8_t *qs = x + 48, *q8 = y + Q8K_QS;
-        __m256i hb = loadu256(x + 16);
-        __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-            const __m256i qb = loadu256(qs + 32 * j);
-            /* bits masked to 0/1 per byte first, so the 16-bit shifts cannot carry across bytes */
-            const __m256i hl = _mm256_slli_epi16(_mm256_and_si256(hb, one), 4);
-            const __m256i hh = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4);
-            hb = _mm256_srli_epi16(hb, 2);
-            const __m256i ql = _mm256_or_si256(_mm256_and_si256(qb, m4), hl);
-            const __m256i qh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4), hh);
-            const __m256i pl = _mm256_maddubs_epi16(ql, loadu256(q8 + 64 * j));
-            const __m256i ph = _mm256_maddubs_epi16(qh, loadu256(q8 + 64 * j + 32));
-            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(scale_all(sc, 2 * j), pl));
-            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(scale_all(sc, 2 * j + 1), ph));
+        __m128i bs32[EL_NV_MAX];
+        float yd[EL_NV_MAX];
+        for (int v = 0; v < NV; v++) {
+            const uint8_t *y = pa + v * as + i * Q8K_BYTES;
+            bs32[v] = bsums_pairs(y);
+            yd[v] = load_f32(y);
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(yd * el_h2f(x)), _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), acc);
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *x = pw + r * ws + i * sizeof(block_q5_K);
+            const float xd = el_h2f(x), xmin = el_h2f(x + 2);
+            const __m256i scmn = unpack_scales_mins_k4(x + 4);
+            const __m256i sc = _mm256_permute2x128_si256(scmn, scmn, 0x00);
+            __m256i s[EL_NV_MAX];
+            for (int v = 0; v < NV; v++) {
+                const __m128i mins = _mm_madd_epi16(_mm256_extracti128_si256(scmn, 1), bs32[v]);
+                accm[r][v] = _mm_fmadd_ps(_mm_set1_ps(yd[v] * xmin), _mm_cvtepi32_ps(mins), accm[r][v]);
+                s[v] = _mm256_setzero_si256();
+            }
+            const uint8_t *qs = x + 48;
+            __m256i hb = loadu256(x + 16);
+            for (int j = 0; j < 4; j++) {
+                const __m256i qb = loadu256(qs + 32 * j);
+                /* bits masked to 0/1 per byte first, so the 16-bit shifts cannot carry across bytes */
+                const __m256i hl = _mm256_slli_epi16(_mm256_and_si256(hb, one), 4);
+                const __m256i hh = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4);
+                hb = _mm256_srli_epi16(hb, 2);
+                const __m256i ql = _mm256_or_si256(_mm256_and_si256(qb, m4), hl);
+                const __m256i qh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4), hh);
+                const __m256i scl = scale_all(sc, 2 * j), sch = scale_all(sc, 2 * j + 1);
+                for (int v = 0; v < NV; v++) {
+                    const uint8_t *q8 = pa + v * as + i * Q8K_BYTES + Q8K_QS;
+                    const __m256i pl = _mm256_maddubs_epi16(ql, loadu256(q8 + 64 * j));
+                    const __m256i ph = _mm256_maddubs_epi16(qh, loadu256(q8 + 64 * j + 32));
+                    s[v] = _mm256_add_epi32(s[v], _mm256_add_epi32(_mm256_madd_epi16(scl, pl), _mm256_madd_epi16(sch, ph)));
+                }
+            }
+            for (int v = 0; v < NV; v++)
+                acc[r][v] = _mm256_fmadd_ps(_mm256_set1_ps(yd[v] * xd), _mm256_cvtepi32_ps(s[v]), acc[r][v]);
+        }
     }
-    accm = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
-    accm = _mm_add_ss(accm, _mm_movehdup_ps(accm));
-    return el_hsum_ps(acc) - _mm_cvtss_f32(accm);
+    for (int r = 0; r < NR; r++)
+        for (int v = 0; v < NV; v++) {
+            __m128 m = _mm_add_ps(accm[r][v], _mm_movehl_ps(accm[r][v], accm[r][v]));
+            m = _mm_add_ss(m, _mm_movehdup_ps(m));
+            out[r * ldo + v] = el_hsum_ps(acc[r][v]) - _mm_cvtss_f32(m);
+        }
 }
+EL_AVX2 EL_FORCE_INLINE void q5_K_impl(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
+    q5_K_tile(n, w, 0, 1, a, as, NV, out, 0);
+}
+EL_NV_ENTRIES(EL_AVX2, vec_dot_q5_K_avx2, q5_K_impl)
 
 /* ---- Q6_K: ql[128], qh[64], int8 scales[16] at 192, d at 208 ----
  * Levels are u - 32 with u = 6-bit unsigned; sum((u-32) a sc) = sum(u a sc) - 32 sum(sc bsums),
@@ -310,9 +339,12 @@ void el_kernels_fill_avx2_kquants(el_kernels *k) {
     k->vec_dot[EL_TYPE_Q5_K] = vec_dot_q5_K_avx2;
     k->vec_dot[EL_TYPE_Q6_K] = vec_dot_q6_K_avx2;
     k->vec_dot_nv[EL_TYPE_Q4_K] = vec_dot_q4_K_avx2_nv;
+    k->vec_dot_nv[EL_TYPE_Q5_K] = vec_dot_q5_K_avx2_nv;
     k->vec_dot_nv[EL_TYPE_Q6_K] = vec_dot_q6_K_avx2_nv;
     k->vec_dot_rows[EL_TYPE_Q4_K] = vec_dot_q4_K_avx2_rows;
     k->vec_dot_rows[EL_TYPE_Q6_K] = vec_dot_q6_K_avx2_rows;
+    /* no Q5_K rows entry: q5_K_tile with 4 rows ran faster from cache but 15-30% slower streaming a
+     * 138 MB matrix from DRAM (bench/kernels.py, alternated with the one-row kernel) */
     k->quantize_act[EL_TYPE_Q8_K] = quantize_q8_K_avx2;
 }
 #endif
