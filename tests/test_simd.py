@@ -379,6 +379,18 @@ def test_matmul_thread_counts_give_identical_bits(simd_isa: str, wtype: int) -> 
 # ---- batches (prefill): each output has the bits of the single-row computation ----
 
 EL_NV_MAX = 4
+
+
+def pack_rows(rows: list[npt.NDArray[np.uint8]], pad: int) -> tuple[npt.NDArray[np.uint8], int]:
+    """rows (of equal size) at a stride of size + pad bytes in one buffer: an odd pad keeps every row
+    but the first off alignment, as GGUF packs blocks at any byte offset"""
+    stride = rows[0].size + pad
+    buf = np.zeros(stride * len(rows), np.uint8)
+    for i, r in enumerate(rows):
+        buf[i * stride : i * stride + r.size] = r
+    return buf, stride
+
+
 NV_TYPES = [T.Q8_0, T.Q5_0, T.Q4_0, T.Q4_1, T.Q5_1, T.Q4_K, T.Q5_K, T.Q6_K]
 
 
@@ -394,10 +406,7 @@ def test_vec_dot_nv_lanes_equal_vec_dot_bits(simd_isa: str, internal: Any, wtype
     for n in sizes_for(wtype):
         w = random_blocks(wtype, n, rng)
         acts = [activations(wtype, rng.standard_normal(n).astype(np.float32)).view(np.uint8) for _ in range(EL_NV_MAX)]
-        stride = acts[0].size + 5  # rows at an odd stride: the blocks are packed, never aligned
-        buf = np.zeros(stride * EL_NV_MAX, np.uint8)
-        for j, a in enumerate(acts):
-            buf[j * stride : j * stride + a.size] = a
+        buf, stride = pack_rows(acts, 5)
         for nv in range(1, EL_NV_MAX + 1):
             out = np.zeros(nv, np.float32)
             k.vec_dot_nv[wtype](n, ffi.from_buffer(w), ffi.from_buffer(buf), stride, nv, ffi.from_buffer("float[]", out))
@@ -420,13 +429,7 @@ def test_vec_dot_tile_outputs_equal_vec_dot_bits(simd_isa: str, internal: Any, w
     for n in sizes_for(wtype):
         ws = [random_blocks(wtype, n, rng) for _ in range(EL_TILE_ROWS)]
         acts = [activations(wtype, rng.standard_normal(n).astype(np.float32)).view(np.uint8) for _ in range(EL_NV_MAX)]
-        w_stride, a_stride = ws[0].size + 3, acts[0].size + 1
-        wbuf = np.zeros(w_stride * EL_TILE_ROWS, np.uint8)
-        abuf = np.zeros(a_stride * EL_NV_MAX, np.uint8)
-        for i, w in enumerate(ws):
-            wbuf[i * w_stride : i * w_stride + w.size] = w
-        for j, a in enumerate(acts):
-            abuf[j * a_stride : j * a_stride + a.size] = a
+        (wbuf, w_stride), (abuf, a_stride) = pack_rows(ws, 3), pack_rows(acts, 1)
         for nv in range(1, EL_NV_MAX + 1):
             out = np.zeros((EL_TILE_ROWS, EL_NV_MAX), np.float32)
             k.vec_dot_tile[wtype](n, ffi.from_buffer(wbuf), w_stride, ffi.from_buffer(abuf), a_stride, nv,
@@ -450,10 +453,7 @@ def test_vec_dot_rows_outputs_equal_vec_dot_bits(simd_isa: str, internal: Any, w
     for n in sizes_for(wtype):
         ws = [random_blocks(wtype, n, rng) for _ in range(EL_MV_ROWS)]
         a = activations(wtype, rng.standard_normal(n).astype(np.float32)).view(np.uint8)
-        w_stride = 3 * ws[0].size + 7  # odd: no row is aligned
-        wbuf = np.zeros(w_stride * EL_MV_ROWS, np.uint8)
-        for i, w in enumerate(ws):
-            wbuf[i * w_stride : i * w_stride + w.size] = w
+        wbuf, w_stride = pack_rows(ws, 2 * ws[0].size + 7)  # rows far apart, as matmul passes them
         abuf = np.zeros(a.size + 1, np.uint8)
         abuf[1:] = a
         out = np.zeros(EL_MV_ROWS, np.float32)

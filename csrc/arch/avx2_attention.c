@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "avx2_common.h"
+#include "head_block.h"
 
 EL_AVX2 EL_FORCE_INLINE __m256 ld8h(const el_half *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
@@ -53,13 +54,8 @@ EL_AVX2 EL_FORCE_INLINE void prefetch_row(const char *p, size_t bytes) {
     for (size_t i = 0; i < bytes; i += 64) _mm_prefetch(p + i, _MM_HINT_T0);
 }
 
-#define QK_CASES(NK)                                                                               \
-    switch (g - h) {                                                                               \
-    case 1: qk_rows(hd, qh, kr, 1, NK, sh, g); break;                                              \
-    case 2: qk_rows(hd, qh, kr, 2, NK, sh, g); break;                                              \
-    case 3: qk_rows(hd, qh, kr, 3, NK, sh, g); break;                                              \
-    default: qk_rows(hd, qh, kr, 4, NK, sh, g); break;                                             \
-    }
+#define QK_KEYS2(GB) qk_rows(hd, qh, kr, GB, 2, sh, g)
+#define QK_KEYS1(GB) qk_rows(hd, qh, kr, GB, 1, sh, g)
 
 EL_AVX2 static void attn_qk_f16_avx2(size_t hd, size_t g, const float *q, const void *k, size_t stride,
                                      const int32_t *idx, size_t n, float *s) {
@@ -72,7 +68,11 @@ EL_AVX2 static void attn_qk_f16_avx2(size_t hd, size_t g, const float *q, const 
         for (size_t h = 0; h < g; h += 4) {
             const float *qh = q + h * hd;
             float *sh = s + j * g + h;
-            if (j + 1 < n) QK_CASES(2) else QK_CASES(1)
+            if (j + 1 < n) {
+                HEAD_BLOCK(g - h, QK_KEYS2)
+            } else {
+                HEAD_BLOCK(g - h, QK_KEYS1)
+            }
         }
     }
 }
@@ -135,12 +135,9 @@ EL_AVX2 static void attn_pv_f16_avx2(size_t hd, size_t g, const float *p, const 
         for (size_t h = 0; h < g; h += 4) {
             const float *ph = pj + h;
             float *oh = o + h * hd;
-            switch (g - h) {
-            case 1: pv_heads(hd, g, ph, v, stride, idx + j0, nb, oh, 1); break;
-            case 2: pv_heads(hd, g, ph, v, stride, idx + j0, nb, oh, 2); break;
-            case 3: pv_heads(hd, g, ph, v, stride, idx + j0, nb, oh, 3); break;
-            default: pv_heads(hd, g, ph, v, stride, idx + j0, nb, oh, 4); break;
-            }
+#define PV_HEADS(GB) pv_heads(hd, g, ph, v, stride, idx + j0, nb, oh, GB)
+            HEAD_BLOCK(g - h, PV_HEADS)
+#undef PV_HEADS
         }
     }
 }

@@ -2,6 +2,7 @@
  * same on A72 and A76). Each key and value row is converted from f16 once for all the heads that
  * share it. Results depend on the inputs only (fixed lane order), not on how the work is split. */
 #include "../dispatch.h"
+#include "head_block.h"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -57,12 +58,9 @@ static void attn_qk_f16_neon(size_t hd, size_t g, const float *q, const void *k,
         for (size_t h = 0; h < g; h += 4) {
             const float *qh = q + h * hd;
             float *sh = s + j * g + h;
-            switch (g - h) {
-            case 1: qk_row(hd, qh, kr, 1, sh); break;
-            case 2: qk_row(hd, qh, kr, 2, sh); break;
-            case 3: qk_row(hd, qh, kr, 3, sh); break;
-            default: qk_row(hd, qh, kr, 4, sh); break;
-            }
+#define QK_HEADS(GB) qk_row(hd, qh, kr, GB, sh)
+            HEAD_BLOCK(g - h, QK_HEADS)
+#undef QK_HEADS
         }
     }
 }
@@ -122,12 +120,9 @@ static void attn_pv_f16_neon(size_t hd, size_t g, const float *p, const void *v,
         for (size_t h = 0; h < g; h += 4) {
             const float *ph = pj + h;
             float *oh = o + h * hd;
-            switch (g - h) {
-            case 1: pv_heads(hd, g, ph, v, stride, idx + j0, nb, oh, 1); break;
-            case 2: pv_heads(hd, g, ph, v, stride, idx + j0, nb, oh, 2); break;
-            case 3: pv_heads(hd, g, ph, v, stride, idx + j0, nb, oh, 3); break;
-            default: pv_heads(hd, g, ph, v, stride, idx + j0, nb, oh, 4); break;
-            }
+#define PV_HEADS(GB) pv_heads(hd, g, ph, v, stride, idx + j0, nb, oh, GB)
+            HEAD_BLOCK(g - h, PV_HEADS)
+#undef PV_HEADS
         }
     }
 }
