@@ -26,7 +26,8 @@ EL_AVX512 static inline __m512i join256(__m256i lo, __m256i hi) {
  *   by the NV activations): sum((a + 128) w) - 128 sum(w) = sum(a w).
  * - Q5_0 (w = u - 16 with u = nibble + 16 h in 0..31): u is the unsigned side as it stands, and the
  *   accumulator starts at -16 sum(a) (once per activation pair, shared by the NR rows):
- *   sum(u a) - 16 sum(a) = sum(w a). No per-row offset, no complement of the h mask.
+ *   sum(u a) - 16 sum(a) = sum(w a). No per-row offset, no complement of the h mask. Q4_0 likewise
+ *   with u = nibble and -8 sum(a).
  * - Q4_1 / Q5_1 (x = d u + m, u unsigned): sum(u a) straight, the min term m s (Q8_1's s = dy sum(a))
  *   added per block apart.
  * All exact in int32. Floats: the block scales of a pair as one xmm product p = hx hy (Q8_0 / Q5_0:
@@ -89,6 +90,15 @@ EL_AVX512 static inline __m512i q5_0_dot(__m512i w, __m512i wst, __m512i a, __m5
 }
 #define q5_0_h halves1
 #define q5_0_MIN 0
+
+/* Q4_0 (w = u - 8, u the nibble): as Q5_0, with -8 sum(a) */
+EL_AVX512 static inline __m512i q4_0_w(const uint8_t *x0, const uint8_t *x1) { return nibbles_x2(x0 + 2, x1 + 2); }
+EL_AVX512 static inline __m512i q4_0_ast(__m512i a) { return neg_scaled_sum4(a, 8); }
+#define q4_0_wst zero_st
+#define q4_0_a q5_0_a
+#define q4_0_dot q5_0_dot
+#define q4_0_h halves1
+#define q4_0_MIN 0
 
 /* Q4_1: d, m, qs[16]; Q5_1: d, m, qh[4], qs[16]; Q8_1: d, s, qs[32] */
 EL_AVX512 static inline __m512i q4_1_w(const uint8_t *x0, const uint8_t *x1) { return nibbles_x2(x0 + 4, x1 + 4); }
@@ -194,6 +204,7 @@ EL_AVX512 static inline __m512i unsigned_dot(__m512i w, __m512i wst, __m512i a, 
 
 EL_DOT_BLK512(vec_dot_q8_0_avx512, 34, 34, q8_0)
 EL_DOT_BLK512(vec_dot_q5_0_avx512, 22, 34, q5_0)
+EL_DOT_BLK512(vec_dot_q4_0_avx512, 18, 34, q4_0)
 EL_DOT_BLK512(vec_dot_q4_1_avx512, 20, 36, q4_1)
 EL_DOT_BLK512(vec_dot_q5_1_avx512, 24, 36, q5_1)
 
@@ -325,7 +336,7 @@ EL_ROWS_ENTRY(EL_AVX512, vec_dot_q6_K_avx512, q6_K_tile512)
  * bits are AVX2's); every other type keeps the AVX2 kernels el_kernels_fill_avx2 installed. */
 void el_kernels_fill_avx512(el_kernels *k) {
     k->name = "avx512";
-    static const int replaced[] = {EL_TYPE_Q8_0, EL_TYPE_Q5_0, EL_TYPE_Q4_1, EL_TYPE_Q5_1, EL_TYPE_Q4_K, EL_TYPE_Q6_K};
+    static const int replaced[] = {EL_TYPE_Q8_0, EL_TYPE_Q4_0, EL_TYPE_Q5_0, EL_TYPE_Q4_1, EL_TYPE_Q5_1, EL_TYPE_Q4_K, EL_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof replaced / sizeof replaced[0]; i++) {
         k->vec_dot_tile[replaced[i]] = NULL;
         k->vec_dot_rows[replaced[i]] = NULL;
@@ -334,6 +345,10 @@ void el_kernels_fill_avx512(el_kernels *k) {
     k->vec_dot_nv[EL_TYPE_Q8_0] = vec_dot_q8_0_avx512_nv;
     k->vec_dot_tile[EL_TYPE_Q8_0] = vec_dot_q8_0_avx512_tile2;
     k->vec_dot_rows[EL_TYPE_Q8_0] = vec_dot_q8_0_avx512_rows;
+    k->vec_dot[EL_TYPE_Q4_0] = vec_dot_q4_0_avx512;
+    k->vec_dot_nv[EL_TYPE_Q4_0] = vec_dot_q4_0_avx512_nv;
+    k->vec_dot_tile[EL_TYPE_Q4_0] = vec_dot_q4_0_avx512_tile2;
+    k->vec_dot_rows[EL_TYPE_Q4_0] = vec_dot_q4_0_avx512_rows;
     k->vec_dot[EL_TYPE_Q5_0] = vec_dot_q5_0_avx512;
     k->vec_dot_nv[EL_TYPE_Q5_0] = vec_dot_q5_0_avx512_nv;
     k->vec_dot_tile[EL_TYPE_Q5_0] = vec_dot_q5_0_avx512_tile2;
