@@ -11,71 +11,13 @@
 /* Integer sums are exact in any order, so each output keeps one int32 accumulator; the float steps
  * per super-block (mins, then the scaled sum) are the same for every output. NR weight rows (at
  * w + r * ws) x NV activation rows share the activation loads and the pairing of the bsums; NR = NV
- * = 1 is vec_dot. */
-EL_AVX2 EL_FORCE_INLINE void q4_K_tile(size_t n, const void *w, size_t ws, const int NR, const void *a, size_t as,
-                                       const int NV, float *out, size_t ldo) {
+ * = 1 is vec_dot. Q5 = 0: block_q4_K (d, dmin, scales[12], qs[128] at 16). Q5 = 1: block_q5_K
+ * (qh[32] at 16, qs[128] at 48); the 5th bit of chunk j's low half is bit 2j of qh[l], of its high
+ * half bit 2j+1. */
+EL_AVX2 EL_FORCE_INLINE void q45_K_tile(size_t n, const void *w, size_t ws, const int NR, const void *a, size_t as,
+                                        const int NV, float *out, size_t ldo, const int Q5) {
     const uint8_t *pw = w, *pa = a;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[EL_MV_ROWS][EL_NV_MAX];
-    __m128 accm[EL_MV_ROWS][EL_NV_MAX];
-    for (int r = 0; r < NR; r++)
-        for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps(), accm[r][v] = _mm_setzero_ps();
-    for (size_t i = 0; i < n / QK_K; i++) {
-        __m128i bs32[EL_NV_MAX];
-        float yd[EL_NV_MAX];
-        for (int v = 0; v < NV; v++) {
-            const uint8_t *y = pa + v * as + i * Q8K_BYTES;
-            bs32[v] = bsums_pairs(y);
-            yd[v] = load_f32(y);
-        }
-        for (int r = 0; r < NR; r++) {
-            const uint8_t *x = pw + r * ws + i * sizeof(block_q4_K);
-            const float xd = el_h2f(x), xmin = el_h2f(x + 2);
-            const __m256i scmn = unpack_scales_mins_k4(x + 4);
-            const __m256i sc = _mm256_permute2x128_si256(scmn, scmn, 0x00);
-            __m256i s[EL_NV_MAX];
-            for (int v = 0; v < NV; v++) {
-                const __m128i mins = _mm_madd_epi16(_mm256_extracti128_si256(scmn, 1), bs32[v]);
-                accm[r][v] = _mm_fmadd_ps(_mm_set1_ps(yd[v] * xmin), _mm_cvtepi32_ps(mins), accm[r][v]);
-                s[v] = _mm256_setzero_si256();
-            }
-            const uint8_t *qs = x + 16;
-            for (int j = 0; j < 4; j++) {
-                const __m256i qb = loadu256(qs + 32 * j);
-                const __m256i ql = _mm256_and_si256(qb, m4);
-                const __m256i qh = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
-                const __m256i scl = scale_all(sc, 2 * j), sch = scale_all(sc, 2 * j + 1);
-                for (int v = 0; v < NV; v++) {
-                    const uint8_t *q8 = pa + v * as + i * Q8K_BYTES + Q8K_QS;
-                    const __m256i pl = _mm256_maddubs_epi16(ql, loadu256(q8 + 64 * j));
-                    const __m256i ph = _mm256_maddubs_epi16(qh, loadu256(q8 + 64 * j + 32));
-                    s[v] = _mm256_add_epi32(s[v], _mm256_add_epi32(_mm256_madd_epi16(scl, pl), _mm256_madd_epi16(sch, ph)));
-                }
-            }
-            for (int v = 0; v < NV; v++)
-                acc[r][v] = _mm256_fmadd_ps(_mm256_set1_ps(yd[v] * xd), _mm256_cvtepi32_ps(s[v]), acc[r][v]);
-        }
-    }
-    for (int r = 0; r < NR; r++)
-        for (int v = 0; v < NV; v++) {
-            __m128 m = _mm_add_ps(accm[r][v], _mm_movehl_ps(accm[r][v], accm[r][v]));
-            m = _mm_add_ss(m, _mm_movehdup_ps(m));
-            out[r * ldo + v] = el_hsum_ps(acc[r][v]) - _mm_cvtss_f32(m);
-        }
-}
-EL_AVX2 EL_FORCE_INLINE void q4_K_impl(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
-    q4_K_tile(n, w, 0, 1, a, as, NV, out, 0);
-}
-EL_NV_ENTRIES(EL_AVX2, vec_dot_q4_K_avx2, q4_K_impl)
-EL_ROWS_ENTRY(EL_AVX2, vec_dot_q4_K_avx2, q4_K_tile)
-
-/* block_q5_K: d, dmin, scales[12], qh[32] at 16, qs[128] at 48. The 5th bit of chunk c's low
- * half is bit 2c of qh[l], of its high half bit 2c+1. Tiled like Q4_K (one int32 accumulator per
- * output, the float steps per super-block the same for every output); serves vec_dot and
- * vec_dot_nv. */
-EL_AVX2 EL_FORCE_INLINE void q5_K_tile(size_t n, const void *w, size_t ws, const int NR, const void *a, size_t as,
-                                       const int NV, float *out, size_t ldo) {
-    const uint8_t *pw = w, *pa = a;
+    const size_t bbytes = Q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     __m256 acc[EL_MV_ROWS][EL_NV_MAX];
     __m128 accm[EL_MV_ROWS][EL_NV_MAX];
@@ -90,7 +32,7 @@ EL_AVX2 EL_FORCE_INLINE void q5_K_tile(size_t n, const void *w, size_t ws, const
             yd[v] = load_f32(y);
         }
         for (int r = 0; r < NR; r++) {
-            const uint8_t *x = pw + r * ws + i * sizeof(block_q5_K);
+            const uint8_t *x = pw + r * ws + i * bbytes;
             const float xd = el_h2f(x), xmin = el_h2f(x + 2);
             const __m256i scmn = unpack_scales_mins_k4(x + 4);
             const __m256i sc = _mm256_permute2x128_si256(scmn, scmn, 0x00);
@@ -100,16 +42,18 @@ EL_AVX2 EL_FORCE_INLINE void q5_K_tile(size_t n, const void *w, size_t ws, const
                 accm[r][v] = _mm_fmadd_ps(_mm_set1_ps(yd[v] * xmin), _mm_cvtepi32_ps(mins), accm[r][v]);
                 s[v] = _mm256_setzero_si256();
             }
-            const uint8_t *qs = x + 48;
-            __m256i hb = loadu256(x + 16);
+            const uint8_t *qs = x + (Q5 ? 48 : 16);
+            __m256i hb = Q5 ? loadu256(x + 16) : _mm256_setzero_si256();
             for (int j = 0; j < 4; j++) {
                 const __m256i qb = loadu256(qs + 32 * j);
-                /* bits masked to 0/1 per byte first, so the 16-bit shifts cannot carry across bytes */
-                const __m256i hl = _mm256_slli_epi16(_mm256_and_si256(hb, one), 4);
-                const __m256i hh = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4);
-                hb = _mm256_srli_epi16(hb, 2);
-                const __m256i ql = _mm256_or_si256(_mm256_and_si256(qb, m4), hl);
-                const __m256i qh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4), hh);
+                __m256i ql = _mm256_and_si256(qb, m4);
+                __m256i qh = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
+                if (Q5) {
+                    /* bits masked to 0/1 per byte first, so the 16-bit shifts cannot carry across bytes */
+                    ql = _mm256_or_si256(ql, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+                    qh = _mm256_or_si256(qh, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4));
+                    hb = _mm256_srli_epi16(hb, 2);
+                }
                 const __m256i scl = scale_all(sc, 2 * j), sch = scale_all(sc, 2 * j + 1);
                 for (int v = 0; v < NV; v++) {
                     const uint8_t *q8 = pa + v * as + i * Q8K_BYTES + Q8K_QS;
@@ -129,6 +73,20 @@ EL_AVX2 EL_FORCE_INLINE void q5_K_tile(size_t n, const void *w, size_t ws, const
             out[r * ldo + v] = el_hsum_ps(acc[r][v]) - _mm_cvtss_f32(m);
         }
 }
+EL_AVX2 EL_FORCE_INLINE void q4_K_tile(size_t n, const void *w, size_t ws, const int NR, const void *a, size_t as,
+                                       const int NV, float *out, size_t ldo) {
+    q45_K_tile(n, w, ws, NR, a, as, NV, out, ldo, 0);
+}
+EL_AVX2 EL_FORCE_INLINE void q5_K_tile(size_t n, const void *w, size_t ws, const int NR, const void *a, size_t as,
+                                       const int NV, float *out, size_t ldo) {
+    q45_K_tile(n, w, ws, NR, a, as, NV, out, ldo, 1);
+}
+EL_AVX2 EL_FORCE_INLINE void q4_K_impl(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
+    q4_K_tile(n, w, 0, 1, a, as, NV, out, 0);
+}
+EL_NV_ENTRIES(EL_AVX2, vec_dot_q4_K_avx2, q4_K_impl)
+EL_ROWS_ENTRY(EL_AVX2, vec_dot_q4_K_avx2, q4_K_tile)
+/* Q5_K serves vec_dot and vec_dot_nv only (see the fill below for why no rows entry) */
 EL_AVX2 EL_FORCE_INLINE void q5_K_impl(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
     q5_K_tile(n, w, 0, 1, a, as, NV, out, 0);
 }
