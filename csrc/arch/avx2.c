@@ -205,12 +205,7 @@ EL_AVX2 static inline __m256i load_q5_1(const uint8_t *b) {
         for (int r = 0; r < NR; r++)                                                               \
             for (int j = 0; j < NV; j++) out[r * ldo + j] = el_hsum_ps(_mm256_add_ps(acc0[r][j], acc1[r][j])); \
     }                                                                                              \
-    EL_AVX2 EL_FORCE_INLINE void NAME##_impl(size_t n, const void *w, const void *a, size_t as,    \
-                                             const int NV, float *out) {                          \
-        NAME##_tile(n, w, 0, 1, a, as, NV, out, 0);                                                \
-    }                                                                                              \
-    EL_NV_ENTRIES(EL_AVX2, NAME, NAME##_impl)                                                      \
-    EL_ROWS_ENTRY(EL_AVX2, NAME, NAME##_tile)
+    EL_TILE_ENTRIES(EL_AVX2, NAME, NAME##_tile)
 
 /* Weights with a min x Q8_1 (36-byte blocks: fp16 d, fp16 s = d * sum(q), 32 int8):
  * d_w d_a sum(q_w q_a) + m_w s_a per block. NR weight rows x NV activation rows, two blocks per
@@ -255,12 +250,7 @@ EL_AVX2 static inline __m256i load_q5_1(const uint8_t *b) {
                                    (_mm_cvtss_f32(_mm_shuffle_ps(m, m, 1)) + _mm_cvtss_f32(_mm_shuffle_ps(m, m, 3))); \
             }                                                                                      \
     }                                                                                              \
-    EL_AVX2 EL_FORCE_INLINE void NAME##_impl(size_t n, const void *w, const void *a, size_t as,    \
-                                             const int NV, float *out) {                          \
-        NAME##_tile(n, w, 0, 1, a, as, NV, out, 0);                                                \
-    }                                                                                              \
-    EL_NV_ENTRIES(EL_AVX2, NAME, NAME##_impl)                                                      \
-    EL_ROWS_ENTRY(EL_AVX2, NAME, NAME##_tile)
+    EL_TILE_ENTRIES(EL_AVX2, NAME, NAME##_tile)
 
 /* Q8_0: x signed; vpmaddubsw wants one unsigned operand, so |x| and y with x's sign. Exact unless
  * a byte of x is -128 (|x| wraps): no quantizer here produces -128 in weights. */
@@ -399,12 +389,7 @@ EL_AVX2 EL_FORCE_INLINE void vec_dot_q5_0_avx2_tile(size_t n, const void *w, siz
     for (int r = 0; r < NR; r++)
         for (int j = 0; j < NV; j++) out[r * ldo + j] = f[r * NV + j] + f[4 + r * NV + j];
 }
-EL_AVX2 EL_FORCE_INLINE void vec_dot_q5_0_avx2_impl(size_t n, const void *w, const void *a, size_t as, const int NV,
-                                                    float *out) {
-    vec_dot_q5_0_avx2_tile(n, w, 0, 1, a, as, NV, out, 0);
-}
-EL_NV_ENTRIES(EL_AVX2, vec_dot_q5_0_avx2, vec_dot_q5_0_avx2_impl)
-EL_ROWS_ENTRY(EL_AVX2, vec_dot_q5_0_avx2, vec_dot_q5_0_avx2_tile)
+EL_TILE_ENTRIES(EL_AVX2, vec_dot_q5_0_avx2, vec_dot_q5_0_avx2_tile)
 EL_DOT_MIN(vec_dot_q4_1_avx2, 20, load_q4_1)
 EL_DOT_MIN(vec_dot_q5_1_avx2, 24, load_q5_1)
 

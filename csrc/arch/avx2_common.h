@@ -37,6 +37,17 @@
         TILE(n, w, ws, EL_MV_ROWS, a, 0, 1, out, 1);                                               \
     }
 
+/* vec_dot and vec_dot_nv from a tile body, through its one-weight-row case */
+#define EL_TILE_NV_ENTRIES(ATTR, NAME, TILE)                                                       \
+    ATTR EL_FORCE_INLINE void NAME##_one(size_t n, const void *w, const void *a, size_t as, const int NV, \
+                                         float *out) {                                            \
+        TILE(n, w, 0, 1, a, as, NV, out, 0);                                                       \
+    }                                                                                              \
+    EL_NV_ENTRIES(ATTR, NAME, NAME##_one)
+
+/* vec_dot, vec_dot_nv and vec_dot_rows from one tile body */
+#define EL_TILE_ENTRIES(ATTR, NAME, TILE) EL_TILE_NV_ENTRIES(ATTR, NAME, TILE) EL_ROWS_ENTRY(ATTR, NAME, TILE)
+
 #define EL_ALIGN32 __attribute__((aligned(32)))
 
 EL_AVX2 static inline float el_hsum_ps(__m256 v) {

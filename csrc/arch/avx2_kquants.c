@@ -81,16 +81,9 @@ EL_AVX2 EL_FORCE_INLINE void q5_K_tile(size_t n, const void *w, size_t ws, const
                                        const int NV, float *out, size_t ldo) {
     q45_K_tile(n, w, ws, NR, a, as, NV, out, ldo, 1);
 }
-EL_AVX2 EL_FORCE_INLINE void q4_K_impl(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
-    q4_K_tile(n, w, 0, 1, a, as, NV, out, 0);
-}
-EL_NV_ENTRIES(EL_AVX2, vec_dot_q4_K_avx2, q4_K_impl)
-EL_ROWS_ENTRY(EL_AVX2, vec_dot_q4_K_avx2, q4_K_tile)
+EL_TILE_ENTRIES(EL_AVX2, vec_dot_q4_K_avx2, q4_K_tile)
 /* Q5_K serves vec_dot and vec_dot_nv only (see the fill below for why no rows entry) */
-EL_AVX2 EL_FORCE_INLINE void q5_K_impl(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
-    q5_K_tile(n, w, 0, 1, a, as, NV, out, 0);
-}
-EL_NV_ENTRIES(EL_AVX2, vec_dot_q5_K_avx2, q5_K_impl)
+EL_TILE_NV_ENTRIES(EL_AVX2, vec_dot_q5_K_avx2, q5_K_tile)
 
 /* ---- Q6_K: ql[128], qh[64], int8 scales[16] at 192, d at 208 ----
  * Levels are u - 32 with u = 6-bit unsigned; sum((u-32) a sc) = sum(u a sc) - 32 sum(sc bsums),
@@ -145,11 +138,7 @@ EL_AVX2 EL_FORCE_INLINE void q6_K_tile(size_t n, const void *w, size_t ws, const
     for (int r = 0; r < NR; r++)
         for (int v = 0; v < NV; v++) out[r * ldo + v] = el_hsum_ps(acc[r][v]);
 }
-EL_AVX2 EL_FORCE_INLINE void q6_K_impl(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
-    q6_K_tile(n, w, 0, 1, a, as, NV, out, 0);
-}
-EL_NV_ENTRIES(EL_AVX2, vec_dot_q6_K_avx2, q6_K_impl)
-EL_ROWS_ENTRY(EL_AVX2, vec_dot_q6_K_avx2, q6_K_tile)
+EL_TILE_ENTRIES(EL_AVX2, vec_dot_q6_K_avx2, q6_K_tile)
 
 /* ---- Q3_K: hmask[32], qs[64] at 32, scales[12] at 96, d at 108 ----
  * Level = lo - 4 (1 - h) = (lo | h << 2) - 4: unsigned 0..7 for vpmaddubsw, minus 4 sum(sc bsums). */

@@ -186,11 +186,7 @@ EL_AVX512 static inline __m512i unsigned_dot(__m512i w, __m512i wst, __m512i a, 
                 }                                                                                  \
             }                                                                                      \
     }                                                                                              \
-    EL_AVX512 EL_FORCE_INLINE void NAME##_impl(size_t n, const void *w, const void *a, size_t as,  \
-                                               const int NV, float *out) {                        \
-        NAME##_tile(n, w, 0, 1, a, as, NV, out, 0);                                                \
-    }                                                                                              \
-    EL_NV_ENTRIES(EL_AVX512, NAME, NAME##_impl)                                                    \
+    EL_TILE_ENTRIES(EL_AVX512, NAME, NAME##_tile)                                                  \
     EL_AVX512 static void NAME##_tile2(size_t n, const void *w, size_t ws, const void *a, size_t as, \
                                        size_t nv, float *out, size_t ldo) {                       \
         switch (nv) {                                                                              \
@@ -199,8 +195,7 @@ EL_AVX512 static inline __m512i unsigned_dot(__m512i w, __m512i wst, __m512i a, 
         case 3: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 3, out, ldo); break;                    \
         default: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 4, out, ldo); break;                   \
         }                                                                                          \
-    }                                                                                              \
-    EL_ROWS_ENTRY(EL_AVX512, NAME, NAME##_tile)
+    }
 
 EL_DOT_BLK512(vec_dot_q8_0_avx512, 34, 34, q8_0)
 EL_DOT_BLK512(vec_dot_q5_0_avx512, 22, 34, q5_0)
@@ -271,11 +266,7 @@ EL_AVX512 EL_FORCE_INLINE void q4_K_tile512(size_t n, const void *w, size_t ws, 
             out[r * ldo + v] = _mm512_reduce_add_ps(acc[r][v]) - _mm_cvtss_f32(m);
         }
 }
-EL_AVX512 EL_FORCE_INLINE void q4_K_impl512(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
-    q4_K_tile512(n, w, 0, 1, a, as, NV, out, 0);
-}
-EL_NV_ENTRIES(EL_AVX512, vec_dot_q4_K_avx512, q4_K_impl512)
-EL_ROWS_ENTRY(EL_AVX512, vec_dot_q4_K_avx512, q4_K_tile512)
+EL_TILE_ENTRIES(EL_AVX512, vec_dot_q4_K_avx512, q4_K_tile512)
 
 /* Q6_K: levels u - 32 (u 6-bit unsigned): sum(u a sc) - 32 sum(sc bsums), as in avx2_kquants.c */
 EL_AVX512 EL_FORCE_INLINE void q6_K_tile512(size_t n, const void *w, size_t ws, const int NR, const void *a,
@@ -325,47 +316,22 @@ EL_AVX512 EL_FORCE_INLINE void q6_K_tile512(size_t n, const void *w, size_t ws, 
     for (int r = 0; r < NR; r++)
         for (int v = 0; v < NV; v++) out[r * ldo + v] = _mm512_reduce_add_ps(acc[r][v]);
 }
-EL_AVX512 EL_FORCE_INLINE void q6_K_impl512(size_t n, const void *w, const void *a, size_t as, const int NV, float *out) {
-    q6_K_tile512(n, w, 0, 1, a, as, NV, out, 0);
-}
-EL_NV_ENTRIES(EL_AVX512, vec_dot_q6_K_avx512, q6_K_impl512)
-EL_ROWS_ENTRY(EL_AVX512, vec_dot_q6_K_avx512, q6_K_tile512)
+EL_TILE_ENTRIES(EL_AVX512, vec_dot_q6_K_avx512, q6_K_tile512)
 
-/* Replaces the AVX2 entries of the types above (vec_dot, vec_dot_nv, vec_dot_tile, vec_dot_rows
- * together, as dispatch.h requires: the AVX2 multi-row kernels of those types are cleared first, their
- * bits are AVX2's); every other type keeps the AVX2 kernels el_kernels_fill_avx2 installed. */
+/* Replaces the AVX2 entries of the types above: vec_dot, vec_dot_nv, vec_dot_tile and vec_dot_rows
+ * together, as dispatch.h requires (an AVX2 multi-row kernel left in place would give AVX2's bits);
+ * every other type keeps the AVX2 kernels el_kernels_fill_avx2 installed. */
+#define EL_SET_ENTRIES(K, TYPE, NAME, TILE)                                                        \
+    ((K)->vec_dot[TYPE] = NAME, (K)->vec_dot_nv[TYPE] = NAME##_nv, (K)->vec_dot_tile[TYPE] = (TILE), \
+     (K)->vec_dot_rows[TYPE] = NAME##_rows)
 void el_kernels_fill_avx512(el_kernels *k) {
     k->name = "avx512";
-    static const int replaced[] = {EL_TYPE_Q8_0, EL_TYPE_Q4_0, EL_TYPE_Q5_0, EL_TYPE_Q4_1, EL_TYPE_Q5_1, EL_TYPE_Q4_K, EL_TYPE_Q6_K};
-    for (size_t i = 0; i < sizeof replaced / sizeof replaced[0]; i++) {
-        k->vec_dot_tile[replaced[i]] = NULL;
-        k->vec_dot_rows[replaced[i]] = NULL;
-    }
-    k->vec_dot[EL_TYPE_Q8_0] = vec_dot_q8_0_avx512;
-    k->vec_dot_nv[EL_TYPE_Q8_0] = vec_dot_q8_0_avx512_nv;
-    k->vec_dot_tile[EL_TYPE_Q8_0] = vec_dot_q8_0_avx512_tile2;
-    k->vec_dot_rows[EL_TYPE_Q8_0] = vec_dot_q8_0_avx512_rows;
-    k->vec_dot[EL_TYPE_Q4_0] = vec_dot_q4_0_avx512;
-    k->vec_dot_nv[EL_TYPE_Q4_0] = vec_dot_q4_0_avx512_nv;
-    k->vec_dot_tile[EL_TYPE_Q4_0] = vec_dot_q4_0_avx512_tile2;
-    k->vec_dot_rows[EL_TYPE_Q4_0] = vec_dot_q4_0_avx512_rows;
-    k->vec_dot[EL_TYPE_Q5_0] = vec_dot_q5_0_avx512;
-    k->vec_dot_nv[EL_TYPE_Q5_0] = vec_dot_q5_0_avx512_nv;
-    k->vec_dot_tile[EL_TYPE_Q5_0] = vec_dot_q5_0_avx512_tile2;
-    k->vec_dot_rows[EL_TYPE_Q5_0] = vec_dot_q5_0_avx512_rows;
-    k->vec_dot[EL_TYPE_Q4_1] = vec_dot_q4_1_avx512;
-    k->vec_dot_nv[EL_TYPE_Q4_1] = vec_dot_q4_1_avx512_nv;
-    k->vec_dot_tile[EL_TYPE_Q4_1] = vec_dot_q4_1_avx512_tile2;
-    k->vec_dot_rows[EL_TYPE_Q4_1] = vec_dot_q4_1_avx512_rows;
-    k->vec_dot[EL_TYPE_Q5_1] = vec_dot_q5_1_avx512;
-    k->vec_dot_nv[EL_TYPE_Q5_1] = vec_dot_q5_1_avx512_nv;
-    k->vec_dot_tile[EL_TYPE_Q5_1] = vec_dot_q5_1_avx512_tile2;
-    k->vec_dot_rows[EL_TYPE_Q5_1] = vec_dot_q5_1_avx512_rows;
-    k->vec_dot[EL_TYPE_Q4_K] = vec_dot_q4_K_avx512;
-    k->vec_dot_nv[EL_TYPE_Q4_K] = vec_dot_q4_K_avx512_nv;
-    k->vec_dot_rows[EL_TYPE_Q4_K] = vec_dot_q4_K_avx512_rows;
-    k->vec_dot[EL_TYPE_Q6_K] = vec_dot_q6_K_avx512;
-    k->vec_dot_nv[EL_TYPE_Q6_K] = vec_dot_q6_K_avx512_nv;
-    k->vec_dot_rows[EL_TYPE_Q6_K] = vec_dot_q6_K_avx512_rows;
+    EL_SET_ENTRIES(k, EL_TYPE_Q8_0, vec_dot_q8_0_avx512, vec_dot_q8_0_avx512_tile2);
+    EL_SET_ENTRIES(k, EL_TYPE_Q4_0, vec_dot_q4_0_avx512, vec_dot_q4_0_avx512_tile2);
+    EL_SET_ENTRIES(k, EL_TYPE_Q5_0, vec_dot_q5_0_avx512, vec_dot_q5_0_avx512_tile2);
+    EL_SET_ENTRIES(k, EL_TYPE_Q4_1, vec_dot_q4_1_avx512, vec_dot_q4_1_avx512_tile2);
+    EL_SET_ENTRIES(k, EL_TYPE_Q5_1, vec_dot_q5_1_avx512, vec_dot_q5_1_avx512_tile2);
+    EL_SET_ENTRIES(k, EL_TYPE_Q4_K, vec_dot_q4_K_avx512, NULL);
+    EL_SET_ENTRIES(k, EL_TYPE_Q6_K, vec_dot_q6_K_avx512, NULL);
 }
 #endif
