@@ -18,7 +18,7 @@ EL_AVX512 static inline __m512i join256(__m256i lo, __m256i hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-/* ---- 32-value blocks (Q8_0, Q5_0 x Q8_0; Q4_1, Q5_1 x Q8_1): two blocks per zmm, NR weight rows
+/* ---- 32-value blocks (Q8_0, Q4_0, Q5_0 x Q8_0; Q4_1, Q5_1 x Q8_1): two blocks per zmm, NR weight rows
  * x NV activation rows per call ----
  * vpdpbusd multiplies u8 by s8 into int32, so one side must be unsigned:
  * - Q8_0 (signed w, signed a): the activations go unsigned as a + 128 (one xor per activation pair,
@@ -35,7 +35,8 @@ EL_AVX512 static inline __m512i join256(__m256i lo, __m256i hi) {
  * acc += d * float(isum), one accumulator per output; the min terms add up in p's lanes 1 and 3.
  * Each type supplies _w (weight pair), _wst (its start term), _a, _ast, _dot, _h (scale halves). */
 
-EL_AVX512 static inline __m512i act_x2(const uint8_t *q0, const uint8_t *q1) {
+/* the 32 bytes at q0 and the 32 at q1 in one zmm */
+EL_AVX512 static inline __m512i bytes32_x2(const uint8_t *q0, const uint8_t *q1) {
     return join256(_mm256_loadu_si256((const __m256i *)q0), _mm256_loadu_si256((const __m256i *)q1));
 }
 
@@ -66,12 +67,15 @@ EL_AVX512 static inline __m128 halves1(const uint8_t *p, const uint8_t *q) {
     return _mm_cvtph_ps(_mm_cvtsi32_si128((int)(ld16(p) | ld16(q) << 16)));
 }
 
-EL_AVX512 static inline __m512i q8_0_w(const uint8_t *x0, const uint8_t *x1) { return act_x2(x0 + 2, x1 + 2); }
+/* the start term of a type that needs none */
+EL_AVX512 static inline __m512i zero_st(__m512i v) { return (void)v, _mm512_setzero_si512(); }
+
+EL_AVX512 static inline __m512i q8_0_w(const uint8_t *x0, const uint8_t *x1) { return bytes32_x2(x0 + 2, x1 + 2); }
 EL_AVX512 static inline __m512i q8_0_wst(__m512i w) { return neg_scaled_sum4(w, (char)0x80); }
 EL_AVX512 static inline __m512i q8_0_a(const uint8_t *y0, const uint8_t *y1) {
-    return _mm512_xor_si512(act_x2(y0 + 2, y1 + 2), _mm512_set1_epi8((char)0x80));
+    return _mm512_xor_si512(bytes32_x2(y0 + 2, y1 + 2), _mm512_set1_epi8((char)0x80));
 }
-EL_AVX512 static inline __m512i q8_0_ast(__m512i a) { return (void)a, _mm512_setzero_si512(); }
+#define q8_0_ast zero_st
 EL_AVX512 static inline __m512i q8_0_dot(__m512i w, __m512i wst, __m512i a, __m512i ast) {
     return (void)ast, _mm512_dpbusd_epi32(wst, a, w);
 }
@@ -81,9 +85,8 @@ EL_AVX512 static inline __m512i q8_0_dot(__m512i w, __m512i wst, __m512i a, __m5
 EL_AVX512 static inline __m512i q5_0_w(const uint8_t *x0, const uint8_t *x1) {
     return add_high_x2(nibbles_x2(x0 + 6, x1 + 6), x0 + 2, x1 + 2);
 }
-EL_AVX512 static inline __m512i zero_st(__m512i v) { return (void)v, _mm512_setzero_si512(); }
 #define q5_0_wst zero_st
-EL_AVX512 static inline __m512i q5_0_a(const uint8_t *y0, const uint8_t *y1) { return act_x2(y0 + 2, y1 + 2); }
+EL_AVX512 static inline __m512i q5_0_a(const uint8_t *y0, const uint8_t *y1) { return bytes32_x2(y0 + 2, y1 + 2); }
 EL_AVX512 static inline __m512i q5_0_ast(__m512i a) { return neg_scaled_sum4(a, 16); }
 EL_AVX512 static inline __m512i q5_0_dot(__m512i w, __m512i wst, __m512i a, __m512i ast) {
     return (void)wst, _mm512_dpbusd_epi32(ast, w, a);
@@ -105,7 +108,7 @@ EL_AVX512 static inline __m512i q4_1_w(const uint8_t *x0, const uint8_t *x1) { r
 EL_AVX512 static inline __m512i q5_1_w(const uint8_t *x0, const uint8_t *x1) {
     return add_high_x2(nibbles_x2(x0 + 8, x1 + 8), x0 + 4, x1 + 4);
 }
-EL_AVX512 static inline __m512i q8_1_a(const uint8_t *y0, const uint8_t *y1) { return act_x2(y0 + 4, y1 + 4); }
+EL_AVX512 static inline __m512i q8_1_a(const uint8_t *y0, const uint8_t *y1) { return bytes32_x2(y0 + 4, y1 + 4); }
 EL_AVX512 static inline __m512i unsigned_dot(__m512i w, __m512i wst, __m512i a, __m512i ast) {
     return (void)wst, (void)ast, _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, a);
 }
