@@ -142,6 +142,13 @@ int el_model_shift(el_model *model, int32_t n_keep, int32_t n_discard);
 /* Memory a model would take, computed exactly as el_model_create allocates it (no allocation). */
 int el_model_plan(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int kv_type, int n_threads,
                   size_t *kv_bytes, size_t *scratch_bytes);
+/* Numerics of a model's forward pass. NATIVE: the fastest kernels of this CPU. LLAMACPP: llama.cpp's
+ * own order of every float operation (its x86 AVX2/AVX-512 build, flash attention off), so logits
+ * equal llama.cpp's bit for bit; plain C, slower. LLAMACPP needs an F16 KV cache and weights of the
+ * types it implements (Q5_0, Q8_0, Q4_K with rows % 8 == 0, Q6_K; F32 norms): EL_EUNSUPPORTED
+ * otherwise. Its scratch is allocated here, once. Exact while no ring has wrapped and no shift ran. */
+enum el_numerics { EL_NUMERICS_NATIVE = 0, EL_NUMERICS_LLAMACPP = 1 };
+int el_model_set_numerics(el_model *model, int numerics);
 /* KV cache state (session save/restore): a blob of el_model_state_size bytes; load refuses a blob
  * from another model shape, cache type, context or batch size. */
 size_t el_model_state_size(const el_model *model);

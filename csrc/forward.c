@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "llamacpp_exact.h"
 #include "dispatch.h"
 #include "edgellama.h"
 #include "matmul.h"
@@ -13,6 +14,10 @@
 
 /* ---- the pass ---- */
 static void mm(el_model *m, const el_tensor *w, const float *x, size_t n, float *y) {
+    if (m->numerics == EL_NUMERICS_LLAMACPP) {
+        el_llx_matmul(m->pool, w->type, w->data, (size_t)w->ne1, (size_t)w->ne0, x, n, y, (size_t)w->ne1, m->llx_act);
+        return;
+    }
     const int kind = el_act_kind(w->type);
     const size_t cols = (size_t)w->ne0;
     const void *act = x;
@@ -46,9 +51,15 @@ typedef struct { el_model *m; size_t F; } glu_task;
 static void glu_row(void *p, size_t i, size_t n) {
     const glu_task *t = p;
     float *g = t->m->g + i * t->F;
-    if (t->m->d.act == EL_ACT_GELU) el_gelu_lut(g, t->F, t->m->gelu_table);
-    else el_silu(g, t->F);
-    el_mul(g, g, t->m->u + i * t->F, t->F);
+    if (t->m->d.act == EL_ACT_GELU) {
+        el_gelu_lut(g, t->F, t->m->gelu_table);
+        el_mul(g, g, t->m->u + i * t->F, t->F);
+    } else if (t->m->numerics == EL_NUMERICS_LLAMACPP) {
+        el_llx_swiglu(g, t->m->u + i * t->F, t->F);
+    } else {
+        el_silu(g, t->F);
+        el_mul(g, g, t->m->u + i * t->F, t->F);
+    }
     (void)n;
 }
 
@@ -56,6 +67,16 @@ static void glu(el_model *m, size_t n, size_t F) {
     glu_task t = {m, F};
     if (n == 1) glu_row(&t, 0, 1);
     else el_pool_for(m->pool, n, glu_row, &t);
+}
+
+/* llama.cpp's attention over its cells (cell = position in a fresh sequence); Gemma 3 scales q
+ * before the fp16 KQ product, the llama family scales the scores */
+static void llx_attention(el_model *m, const kv_layer *c, const el_attn_args *a) {
+    int32_t max_pos = 0;
+    for (int32_t s = 0; s < c->n_used; s++) max_pos = c->pos[s] > max_pos ? c->pos[s] : max_pos;
+    const size_t cells = ((size_t)max_pos + 1 + 63) & ~(size_t)63;
+    el_llx_attention(m->pool, a, m->d.arch == EL_ARCH_GEMMA3, cells < m->llx_cells ? cells : m->llx_cells,
+                     m->llx_scratch);
 }
 
 int el_model_eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, float *logits, int all_logits) {
@@ -93,27 +114,37 @@ int el_model_eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, fl
         for (size_t i = 0; i < n; i++) {
             float *cs = m->cs + i * HD;
             el_rope_cache(cs, (size_t)d->n_rot, m->q_pos[i], L->rope_base, L->rope_scale);
-            el_rope_apply(m->q + i * QD, NH, HD, (size_t)d->n_rot, cs, d->rope_neox);
-            el_rope_apply(m->k + i * KVD, NKV, HD, (size_t)d->n_rot, cs, d->rope_neox);
+            if (m->numerics == EL_NUMERICS_LLAMACPP) {
+                el_llx_rope_apply(m->q + i * QD, NH, HD, (size_t)d->n_rot, cs, d->rope_neox);
+                el_llx_rope_apply(m->k + i * KVD, NKV, HD, (size_t)d->n_rot, cs, d->rope_neox);
+            } else {
+                el_rope_apply(m->q + i * QD, NH, HD, (size_t)d->n_rot, cs, d->rope_neox);
+                el_rope_apply(m->k + i * KVD, NKV, HD, (size_t)d->n_rot, cs, d->rope_neox);
+            }
         }
         el_kv_store(m, c, m->k, m->v, n, pos0);
         el_attn_args a = {m->q, n, m->q_pos, NH, NKV, HD, m->kv_type, c->k, c->v, c->pos, (size_t)c->n_used,
                           L->window, d->attn_scale, m->att, m->attn_scratch};
-        el_attention_run(m->pool, &a);
+        if (m->numerics == EL_NUMERICS_LLAMACPP) llx_attention(m, c, &a);
+        else el_attention_run(m->pool, &a);
         mm(m, &L->wo, m->att, n, m->o);
-        if (L->attn_post_norm.data) norm_rows(m->o, m->o, &L->attn_post_norm, n, E, d->norm_eps);
-        el_add(m->x, m->x, m->o, n * E);
+        /* past the last attention only the rows whose logits are wanted matter; llama.cpp drops the
+         * others here too, so the rest of the layer runs on the same batch sizes as there */
+        const size_t r0 = (il == d->n_layer - 1 && !all_logits) ? n - 1 : 0, nr = n - r0;
+        float *x = m->x + r0 * E, *o = m->o + r0 * E;
+        if (L->attn_post_norm.data) norm_rows(o, o, &L->attn_post_norm, nr, E, d->norm_eps);
+        el_add(x, x, o, nr * E);
 
         /* feed-forward block */
-        norm_rows(m->xn, m->x, &L->ffn_norm, n, E, d->norm_eps);
+        norm_rows(m->xn, x, &L->ffn_norm, nr, E, d->norm_eps);
         invalidate(m);
-        mm(m, &L->w_gate, m->xn, n, m->g);
-        mm(m, &L->w_up, m->xn, n, m->u);
-        glu(m, n, F);
+        mm(m, &L->w_gate, m->xn, nr, m->g);
+        mm(m, &L->w_up, m->xn, nr, m->u);
+        glu(m, nr, F);
         invalidate(m);
-        mm(m, &L->w_down, m->g, n, m->o);
-        if (L->ffn_post_norm.data) norm_rows(m->o, m->o, &L->ffn_post_norm, n, E, d->norm_eps);
-        el_add(m->x, m->x, m->o, n * E);
+        mm(m, &L->w_down, m->g, nr, m->o);
+        if (L->ffn_post_norm.data) norm_rows(m->o, m->o, &L->ffn_post_norm, nr, E, d->norm_eps);
+        el_add(x, x, m->o, nr * E);
     }
 
     /* output: only the rows whose logits are wanted */

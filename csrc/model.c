@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "llamacpp_exact.h"
 #include "matmul.h"
 #include "model.h"
 #include "ops.h"
@@ -204,7 +205,58 @@ void el_model_free(el_model *m) {
     free(m->kv);
     free(m->layers);
     free(m->block);
+    free(m->llx_act);
+    free(m->llx_scratch);
     free(m);
+}
+
+/* every matmul weight of the model has a llama.cpp-order kernel (Q4_K: only as ggml repacks it) */
+static int llx_weights_ok(const el_model_desc *d) {
+    const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
+    if (!el_llx_type_supported(out->type)) return 0;
+    for (int32_t il = 0; il < d->n_layer; il++) {
+        const el_layer *L = &d->layers[il];
+        const el_tensor *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++)
+            if (!el_llx_type_supported(ws[i]->type) || (ws[i]->type == EL_TYPE_Q4_K && ws[i]->ne1 % 8)) return 0;
+    }
+    return 1;
+}
+
+int el_model_set_numerics(el_model *m, int numerics) {
+    if (!m) return EL_EINVAL;
+    if (numerics == EL_NUMERICS_NATIVE) {
+        m->numerics = numerics;
+        return EL_OK;
+    }
+    if (numerics != EL_NUMERICS_LLAMACPP) return EL_EINVAL;
+    if (m->kv_type != EL_TYPE_F16 || !llx_weights_ok(&m->d)) return EL_EUNSUPPORTED;
+    if (!m->llx_act) {
+        const el_model_desc *d = &m->d;
+        const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
+        size_t act = el_llx_act_bytes(out->type, (size_t)out->ne0, (size_t)m->n_batch);
+        for (int32_t il = 0; il < d->n_layer; il++) {
+            const el_layer *L = &d->layers[il];
+            const el_tensor *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            for (int i = 0; i < 7; i++) {
+                const size_t b = el_llx_act_bytes(ws[i]->type, (size_t)ws[i]->ne0, (size_t)m->n_batch);
+                act = b > act ? b : act;
+            }
+        }
+        m->llx_cells = ((size_t)m->n_ctx + 63) & ~(size_t)63;
+        m->llx_act = malloc(act);
+        m->llx_scratch = malloc(sizeof(float) * el_llx_attn_scratch_floats(m->llx_cells, (size_t)d->head_dim,
+                                                                            el_pool_threads(m->pool)));
+        if (!m->llx_act || !m->llx_scratch) {
+            free(m->llx_act);
+            free(m->llx_scratch);
+            m->llx_act = NULL;
+            m->llx_scratch = NULL;
+            return EL_ENOMEM;
+        }
+    }
+    m->numerics = numerics;
+    return EL_OK;
 }
 
 size_t el_model_kv_bytes(const el_model *m) { return m ? m->kv_bytes : 0; }

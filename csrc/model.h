@@ -36,6 +36,10 @@ struct el_model {
     void *act[ACT_KINDS];
     const float *act_src[ACT_KINDS]; /* which input an activation buffer holds (NULL = stale) */
     void *block;                     /* the single allocation behind all scratch */
+    int numerics;                    /* enum el_numerics */
+    void *llx_act;                   /* EL_NUMERICS_LLAMACPP: quantized activations */
+    float *llx_scratch;              /* EL_NUMERICS_LLAMACPP: attention, per thread */
+    size_t llx_cells;                /* cells the llama.cpp attention scratch holds */
 };
 
 /* bytes of one slot (all kv heads) of K or of V */

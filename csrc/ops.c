@@ -67,9 +67,11 @@ void el_silu(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-x[i]));
 }
 
+/* 1 + a x^2 as one FMA: ggml's ggml_gelu_f32 is compiled with FMA contraction, and its fp16 table
+ * (which llama.cpp's GELU reads) differs from the unfused form in a few entries */
 static inline float gelu_f32(float x) {
     const float sqrt_2_over_pi = 0.79788456080286535587989211986876f;
-    return 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + 0.044715f * x * x)));
+    return 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * fmaf(0.044715f * x, x, 1.0f)));
 }
 
 /* ggml evaluates GELU through an fp16 table (input and output rounded to half, |x| >= 10 exact);

@@ -125,14 +125,14 @@ static float bf16_vec_dot(size_t n, const void *w, const void *a) {
 
 #define QK 32
 
-static void unpack_q4_0(const block_q4_0 *b, int8_t q[QK]) {
+void el_unpack_q4_0(const block_q4_0 *b, int8_t q[QK]) {
     for (int j = 0; j < QK / 2; j++) {
         q[j] = (int8_t)((b->qs[j] & 0x0F) - 8);
         q[j + QK / 2] = (int8_t)((b->qs[j] >> 4) - 8);
     }
 }
 
-static void unpack_q4_1(const block_q4_1 *b, int8_t q[QK]) {
+void el_unpack_q4_1(const block_q4_1 *b, int8_t q[QK]) {
     for (int j = 0; j < QK / 2; j++) {
         q[j] = (int8_t)(b->qs[j] & 0x0F);
         q[j + QK / 2] = (int8_t)(b->qs[j] >> 4);
@@ -140,7 +140,7 @@ static void unpack_q4_1(const block_q4_1 *b, int8_t q[QK]) {
 }
 
 /* the 5th bit of value j is bit j of the little-endian qh word */
-static void unpack_q5_0(const block_q5_0 *b, int8_t q[QK]) {
+void el_unpack_q5_0(const block_q5_0 *b, int8_t q[QK]) {
     uint32_t qh;
     memcpy(&qh, b->qh, 4);
     for (int j = 0; j < QK / 2; j++) {
@@ -151,7 +151,7 @@ static void unpack_q5_0(const block_q5_0 *b, int8_t q[QK]) {
     }
 }
 
-static void unpack_q5_1(const block_q5_1 *b, int8_t q[QK]) {
+void el_unpack_q5_1(const block_q5_1 *b, int8_t q[QK]) {
     uint32_t qh;
     memcpy(&qh, b->qh, 4);
     for (int j = 0; j < QK / 2; j++) {
@@ -193,10 +193,10 @@ static void unpack_q5_1(const block_q5_1 *b, int8_t q[QK]) {
 static void unpack_q8_0(const block_q8_0 *b, int8_t q[QK]) { memcpy(q, b->qs, QK); }
 static void unpack_q8_1(const block_q8_1 *b, int8_t q[QK]) { memcpy(q, b->qs, QK); }
 
-DEQUANT_SYM(q4_0_to_float, block_q4_0, unpack_q4_0)
-DEQUANT_MIN(q4_1_to_float, block_q4_1, unpack_q4_1)
-DEQUANT_SYM(q5_0_to_float, block_q5_0, unpack_q5_0)
-DEQUANT_MIN(q5_1_to_float, block_q5_1, unpack_q5_1)
+DEQUANT_SYM(q4_0_to_float, block_q4_0, el_unpack_q4_0)
+DEQUANT_MIN(q4_1_to_float, block_q4_1, el_unpack_q4_1)
+DEQUANT_SYM(q5_0_to_float, block_q5_0, el_unpack_q5_0)
+DEQUANT_MIN(q5_1_to_float, block_q5_1, el_unpack_q5_1)
 DEQUANT_SYM(q8_0_to_float, block_q8_0, unpack_q8_0)
 DEQUANT_SYM(q8_1_to_float, block_q8_1, unpack_q8_1)
 
@@ -394,10 +394,10 @@ static int dot_i8(const int8_t *a, const int8_t *b, int n) {
         return sumf;                                                     \
     }
 
-VEC_DOT_SYM(q4_0_vec_dot, block_q4_0, unpack_q4_0)
-VEC_DOT_MIN(q4_1_vec_dot, block_q4_1, unpack_q4_1)
-VEC_DOT_SYM(q5_0_vec_dot, block_q5_0, unpack_q5_0)
-VEC_DOT_MIN(q5_1_vec_dot, block_q5_1, unpack_q5_1)
+VEC_DOT_SYM(q4_0_vec_dot, block_q4_0, el_unpack_q4_0)
+VEC_DOT_MIN(q4_1_vec_dot, block_q4_1, el_unpack_q4_1)
+VEC_DOT_SYM(q5_0_vec_dot, block_q5_0, el_unpack_q5_0)
+VEC_DOT_MIN(q5_1_vec_dot, block_q5_1, el_unpack_q5_1)
 VEC_DOT_SYM(q8_0_vec_dot, block_q8_0, unpack_q8_0)
 
 /* ---- the type table ---- */

@@ -62,6 +62,16 @@ typedef struct {
     el_vec_dot_fn vec_dot;          /* scalar reference dot product */
 } el_type_traits;
 
+/* A block's integer quants in value order (q[j] is value j's level); shared by the dequantizers,
+ * the scalar dot products and llamacpp_exact.c. Q4_0/Q5_0 levels are signed (offset removed),
+ * Q4_1/Q5_1/Q4_K unsigned; Q6_K levels are -32..31 with scale scales[j / 16]. */
+void el_unpack_q4_0(const block_q4_0 *b, int8_t q[QK4_0]);
+void el_unpack_q4_1(const block_q4_1 *b, int8_t q[QK4_1]);
+void el_unpack_q5_0(const block_q5_0 *b, int8_t q[QK5_0]);
+void el_unpack_q5_1(const block_q5_1 *b, int8_t q[QK5_1]);
+void el_unpack_q4_K(const block_q4_K *b, int8_t q[QK_K], uint8_t sc[8], uint8_t mn[8]);
+void el_unpack_q6_K(const block_q6_K *b, int8_t q[QK_K]);
+
 /* NULL for types the library does not know. Defined in quants.c. */
 const el_type_traits *el_get_type_traits(int type);
 

@@ -528,7 +528,7 @@ static void unpack_q3_K(const block_q3_K *b, int8_t q[QK_K], int sc[16]) {
     for (int j = 0; j < 16; ++j) sc[j] = q3_K_scale(b->scales, j) - 32;
 }
 
-static void unpack_q4_K(const block_q4_K *b, int8_t q[QK_K], uint8_t sc[8], uint8_t mn[8]) {
+void el_unpack_q4_K(const block_q4_K *b, int8_t q[QK_K], uint8_t sc[8], uint8_t mn[8]) {
     for (int c = 0; c < QK_K / 64; ++c)
         for (int l = 0; l < 32; ++l) {
             q[64 * c + l] = (int8_t)(b->qs[32 * c + l] & 0xF);
@@ -548,7 +548,7 @@ static void unpack_q5_K(const block_q5_K *b, int8_t q[QK_K], uint8_t sc[8], uint
 }
 
 /* levels -32..31; the scale of value i is scales[i / 16] */
-static void unpack_q6_K(const block_q6_K *b, int8_t q[QK_K]) {
+void el_unpack_q6_K(const block_q6_K *b, int8_t q[QK_K]) {
     for (int c = 0; c < QK_K / 128; ++c) {
         const uint8_t *ql = b->ql + 64 * c, *qh = b->qh + 32 * c;
         int8_t *y = q + 128 * c;
@@ -611,7 +611,7 @@ static void q3_K_to_float(const void *src, float *dst, size_t n) {
         }                                                                          \
     }
 
-DEQUANT_K_MIN(q4_K_to_float, block_q4_K, unpack_q4_K)
+DEQUANT_K_MIN(q4_K_to_float, block_q4_K, el_unpack_q4_K)
 DEQUANT_K_MIN(q5_K_to_float, block_q5_K, unpack_q5_K)
 
 static void q6_K_to_float(const void *src, float *dst, size_t n) {
@@ -620,7 +620,7 @@ static void q6_K_to_float(const void *src, float *dst, size_t n) {
         block_q6_K b;
         int8_t q[QK_K];
         memcpy(&b, p + i * sizeof b, sizeof b);
-        unpack_q6_K(&b, q);
+        el_unpack_q6_K(&b, q);
         const float d = el_fp16_to_fp32(b.d);
         for (int l = 0; l < QK_K; ++l) dst[l] = d * b.scales[l / 16] * q[l];
     }
@@ -707,7 +707,7 @@ static float q3_K_vec_dot(size_t n, const void *w, const void *a) {
         return sumf;                                                                   \
     }
 
-VEC_DOT_K_MIN(q4_K_vec_dot, block_q4_K, unpack_q4_K)
+VEC_DOT_K_MIN(q4_K_vec_dot, block_q4_K, el_unpack_q4_K)
 VEC_DOT_K_MIN(q5_K_vec_dot, block_q5_K, unpack_q5_K)
 
 static float q6_K_vec_dot(size_t n, const void *w, const void *a) {
@@ -719,7 +719,7 @@ static float q6_K_vec_dot(size_t n, const void *w, const void *a) {
         int8_t q[QK_K];
         memcpy(&bw, pw + i * sizeof bw, sizeof bw);
         memcpy(&ba, pa + i * sizeof ba, sizeof ba);
-        unpack_q6_K(&bw, q);
+        el_unpack_q6_K(&bw, q);
         int isum = 0;
         for (int s = 0; s < 16; ++s) isum += bw.scales[s] * dot_i8(q + 16 * s, ba.qs + 16 * s, 16);
         sumf += (el_fp16_to_fp32(bw.d) * ba.d) * (float)isum;

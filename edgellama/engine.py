@@ -154,10 +154,15 @@ def plan_bytes(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_thread
     return int(kv[0]), int(scratch[0])
 
 
+# el_numerics: the forward pass's float order
+NUMERICS = {"native": 0, "llamacpp": 1}
+
+
 class Engine:
     """One model instance: KV cache of n_ctx positions, batches of up to n_batch tokens."""
 
-    def __init__(self, desc: ModelDesc, pool: Pool, n_ctx: int, n_batch: int, kv_type: str = "f16") -> None:
+    def __init__(self, desc: ModelDesc, pool: Pool, n_ctx: int, n_batch: int, kv_type: str = "f16",
+                 numerics: str = "native") -> None:
         if kv_type not in KV_TYPES:
             raise ValueError(f"unknown KV cache type {kv_type!r} (choose from {', '.join(KV_TYPES)})")
         self.desc = desc
@@ -173,6 +178,20 @@ class Engine:
         self._keep = keep  # cffi buffers: the C model points into these views of the file
         self._ptr: Any = out[0]
         self._logits = np.empty(desc.n_vocab, dtype=np.float32)
+        self.numerics = "native"
+        if numerics != "native":
+            self.set_numerics(numerics)
+
+    def set_numerics(self, numerics: str) -> None:
+        """'native' (this CPU's fastest kernels) or 'llamacpp' (llama.cpp's float order, bit for bit)."""
+        if numerics not in NUMERICS:
+            raise ValueError(f"unknown numerics {numerics!r} (choose from {', '.join(NUMERICS)})")
+        status = lib.el_model_set_numerics(self._ptr, NUMERICS[numerics])
+        if status == lib.EL_EUNSUPPORTED:
+            raise ValueError(f"numerics {numerics!r} needs an f16 KV cache and weights of types Q5_0, Q8_0, "
+                             f"Q4_K (rows a multiple of 8) or Q6_K; this model or cache has others")
+        check(status, f"switching to {numerics} numerics")
+        self.numerics = numerics
 
     @property
     def kv_bytes(self) -> int:

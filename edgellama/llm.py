@@ -72,7 +72,7 @@ def default_threads() -> int:
 class LLM:
     def __init__(self, path: str | Path, n_ctx: int | None = None, n_batch: int = 512,
                  n_threads: int | None = None, kv_type: str = "f16", mem_budget: int | None = None,
-                 n_keep: int = 0, context_shift: bool = True) -> None:
+                 n_keep: int = 0, context_shift: bool = True, numerics: str = "native") -> None:
         """n_ctx None: the largest context within mem_budget (up to the model's training context), or
         min(training context, 4096) without a budget. Raises memplan.BudgetError, with the plan, when
         the model does not fit; nothing large is allocated before that check."""
@@ -95,7 +95,7 @@ class LLM:
             self.tokenizer = tokenizer_from_metadata(self.file.metadata)
             self.chat = chat_format_for(self.file.metadata)
             self.pool = Pool(threads)
-            self.engine = Engine(self.desc, self.pool, self.n_ctx, self.n_batch, kv_type)
+            self.engine = Engine(self.desc, self.pool, self.n_ctx, self.n_batch, kv_type, numerics)
         except BaseException:
             self.file.close()
             raise

@@ -1,0 +1,394 @@
+/* llamacpp_exact.c - llama.cpp's CPU arithmetic, operation for operation, for bit-identical logits.
+ *
+ * Why: activations are quantized to 8 bits before every matmul, so a 1-ulp difference anywhere
+ * flips a few roundings, and within a layer or two the logits differ by ~0.2: enough to flip the
+ * near-tied greedy choices a model meets every few dozen tokens. Matching llama.cpp's tokens on
+ * those needs its exact float order, which this file reproduces in portable C (fmaf wherever ggml
+ * fuses, its SIMD lanes as arrays, its horizontal sums as written by its intrinsics):
+ *   ggml x86 build (AVX2 / AVX-512, llamafile sgemm, Q4_K repacked 8x8), flash attention off.
+ * The lane structure is the one of ggml's kernels, not of this machine: the results are the same
+ * on any CPU. Not the fast path (plain C, about 3x slower than the SIMD kernels); selected per
+ * model by el_model_set_numerics(EL_NUMERICS_LLAMACPP). */
+#include <math.h>
+#include <string.h>
+
+#include "edgellama.h"
+#include "fp16.h"
+#include "llamacpp_exact.h"
+#include "quants.h"
+
+/* ---- horizontal sums, in the order of ggml's (x86) helpers ---- */
+
+/* hsum_float_8 / tinyBLAS hsum(__m256): high half + low half, then movehl, then movehdup */
+static inline float hsum8(const float a[8]) {
+    const float r0 = a[4] + a[0], r1 = a[5] + a[1], r2 = a[6] + a[2], r3 = a[7] + a[3];
+    return (r0 + r2) + (r1 + r3);
+}
+
+/* _mm512_reduce_add_ps as GCC writes it: 256-bit halves, 128-bit halves, {2,3,0,1}, then [0]+[1] */
+static inline float hsum16(const float a[16]) {
+    float t[8];
+    for (int i = 0; i < 8; i++) t[i] = a[8 + i] + a[i];
+    const float u0 = t[4] + t[0], u1 = t[5] + t[1], u2 = t[6] + t[2], u3 = t[7] + t[3];
+    return (u0 + u2) + (u1 + u3);
+}
+
+/* ggml_vec_dot_f16 (AVX-512): 4 accumulators of 16 lanes, element i in acc[i % 64]; reduced as
+ * (acc0 + acc2) + (acc1 + acc3) lane by lane, then across the lanes */
+static inline float reduce_dot_f16(const float acc[64]) {
+    float x[16];
+    for (int l = 0; l < 16; l++) x[l] = (acc[l] + acc[32 + l]) + (acc[16 + l] + acc[48 + l]);
+    return hsum16(x);
+}
+
+static inline float round_f16(float x) { return el_fp16_to_fp32(el_fp32_to_fp16(x)); }
+
+/* ---- activations: ggml's x86 quantize_row_q8_0 (127/amax, round half to even) ---- */
+
+static void quantize_q8_0_x86(const float *x, block_q8_0 *y, size_t n) {
+    for (size_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.f;
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        y[i].d = el_fp32_to_fp16(d);
+        for (int j = 0; j < QK8_0; j++) {
+            const float v = nearbyintf(x[j] * id); /* the default rounding mode: half to even */
+            y[i].qs[j] = (int8_t)(v > 127.f ? 127 : v < -128.f ? -128 : (int)v);
+        }
+    }
+}
+
+/* ggml's x86 quantize_row_q8_1: as Q8_0, plus s = d * (sum of the quants) rounded to fp16 */
+static void quantize_q8_1_x86(const float *x, block_q8_1 *y, size_t n) {
+    for (size_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK8_1; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.f;
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        y[i].d = el_fp32_to_fp16(d);
+        int sum = 0;
+        for (int j = 0; j < QK8_1; j++) {
+            const float v = nearbyintf(x[j] * id);
+            y[i].qs[j] = (int8_t)(v > 127.f ? 127 : v < -128.f ? -128 : (int)v);
+            sum += (int)v;
+        }
+        y[i].s = el_fp32_to_fp16(d * (float)sum);
+    }
+}
+
+/* ---- dot products, one weight row with one activation row ---- */
+
+/* Q5_0 / Q8_0 x Q8_0: vec_dot (decode) and tinyBLAS_Q0_AVX (prefill) do the same per output:
+ * 8 lanes of 4-byte integer dots, one FMA per block with d = dx * dy, hsum_float_8 */
+static float dot_q0(int wtype, const void *w, const block_q8_0 *a, size_t nb) {
+    float acc[8] = {0};
+    int8_t q[32];
+    for (size_t ib = 0; ib < nb; ib++) {
+        float dx;
+        if (wtype == EL_TYPE_Q5_0) {
+            block_q5_0 b;
+            memcpy(&b, (const char *)w + ib * sizeof b, sizeof b);
+            el_unpack_q5_0(&b, q);
+            dx = el_fp16_to_fp32(b.d);
+        } else {
+            block_q8_0 b;
+            memcpy(&b, (const char *)w + ib * sizeof b, sizeof b);
+            memcpy(q, b.qs, 32);
+            dx = el_fp16_to_fp32(b.d);
+        }
+        const float d = dx * el_fp16_to_fp32(a[ib].d);
+        for (int l = 0; l < 8; l++) {
+            int s = 0;
+            for (int k = 4 * l; k < 4 * l + 4; k++) s += (int)q[k] * (int)a[ib].qs[k];
+            acc[l] = fmaf(d, (float)s, acc[l]);
+        }
+    }
+    return hsum8(acc);
+}
+
+/* Q4_1 x Q8_1 (AVX2 vec_dot; no tinyBLAS or repack on x86, so prefill too): the Q0 lanes for
+ * d0 d1 sum(q x), the min terms m x s summed apart by scalar FMAs, added last */
+static float dot_q4_1(const void *w, const block_q8_1 *a, size_t nb) {
+    float acc[8] = {0}, summs = 0.0f;
+    int8_t q[32];
+    for (size_t ib = 0; ib < nb; ib++) {
+        block_q4_1 b;
+        memcpy(&b, (const char *)w + ib * sizeof b, sizeof b);
+        el_unpack_q4_1(&b, q);
+        summs = fmaf(el_fp16_to_fp32(b.m), el_fp16_to_fp32(a[ib].s), summs);
+        const float d = el_fp16_to_fp32(b.d) * el_fp16_to_fp32(a[ib].d);
+        for (int l = 0; l < 8; l++) {
+            int s = 0;
+            for (int k = 4 * l; k < 4 * l + 4; k++) s += (int)q[k] * (int)a[ib].qs[k];
+            acc[l] = fmaf(d, (float)s, acc[l]);
+        }
+    }
+    return hsum8(acc) + summs;
+}
+
+/* Q4_K, repacked 8x8. Per super-block an integer sum of scale x dot and one of min x bsum, each
+ * FMA'd into its own accumulator, the two subtracted at the end. gemv (rows left over from groups
+ * of 4 activation rows: decode) adds once per super-block; gemm (groups of 4) once per pair of
+ * 32-value sub-blocks. */
+static float dot_q4_K(const void *w, const block_q8_K *a, size_t nb, int gemm) {
+    float acc = 0.0f, accm = 0.0f;
+    int8_t q[QK_K];
+    uint8_t sc[8], mn[8];
+    for (size_t i = 0; i < nb; i++) {
+        block_q4_K b;
+        memcpy(&b, (const char *)w + i * sizeof b, sizeof b);
+        el_unpack_q4_K(&b, q, sc, mn);
+        const float d = el_fp16_to_fp32(b.d) * a[i].d, dm = el_fp16_to_fp32(b.dmin) * a[i].d;
+        int isum = 0, imin = 0;
+        for (int sb = 0; sb < 8; sb++) {
+            int s = 0;
+            for (int k = 32 * sb; k < 32 * sb + 32; k++) s += (int)q[k] * (int)a[i].qs[k];
+            isum += (int)sc[sb] * s;
+            imin += (int)mn[sb] * ((int)a[i].bsums[2 * sb] + (int)a[i].bsums[2 * sb + 1]);
+            if (gemm && sb % 2 == 1) {
+                acc = fmaf((float)isum, d, acc);
+                accm = fmaf((float)imin, dm, accm);
+                isum = imin = 0;
+            }
+        }
+        if (!gemm) {
+            acc = fmaf((float)isum, d, acc);
+            accm = fmaf((float)imin, dm, accm);
+        }
+    }
+    return acc - accm;
+}
+
+/* Q6_K (AVX2 vec_dot): levels 0..63 in 8 lanes of 4 bytes per 32, the -32 offset taken off per lane
+ * through bsums x scales (pairs 2l, 2l+1), one FMA per super-block */
+static float dot_q6_K(const void *w, const block_q8_K *a, size_t nb) {
+    float acc[8] = {0};
+    int8_t q[QK_K];
+    for (size_t i = 0; i < nb; i++) {
+        block_q6_K b;
+        memcpy(&b, (const char *)w + i * sizeof b, sizeof b);
+        el_unpack_q6_K(&b, q);
+        int lane[8] = {0};
+        for (int e = 0; e < QK_K; e++) lane[(e % 32) / 4] += (int)b.scales[e / 16] * ((int)q[e] + 32) * (int)a[i].qs[e];
+        for (int l = 0; l < 8; l++)
+            lane[l] -= 32 * ((int)a[i].bsums[2 * l] * b.scales[2 * l] + (int)a[i].bsums[2 * l + 1] * b.scales[2 * l + 1]);
+        const float d = a[i].d * el_fp16_to_fp32(b.d);
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
+    }
+    return hsum8(acc);
+}
+
+/* Q6_K in ggml's tiled K-quant matmul (batches of 8 or more rows, AVX-512 VNNI microkernel): per
+ * 256-value block an exact integer sum of scale x (dot - 32 bsum) over the 16-value sub-blocks,
+ * times the weight's d, times the activation's d, added to the output block by block (the add and
+ * the last multiply fused by the compiler) */
+static float dot_q6_K_tiled(const void *w, const block_q8_K *a, size_t nb) {
+    float out = 0.0f;
+    int8_t q[QK_K];
+    for (size_t i = 0; i < nb; i++) {
+        block_q6_K b;
+        memcpy(&b, (const char *)w + i * sizeof b, sizeof b);
+        el_unpack_q6_K(&b, q);
+        int s1 = 0;
+        for (int sb = 0; sb < QK_K / 16; sb++) {
+            int raw = 0;
+            for (int k = 16 * sb; k < 16 * sb + 16; k++) raw += ((int)q[k] + 32) * (int)a[i].qs[k];
+            s1 += (int)b.scales[sb] * (raw - 32 * (int)a[i].bsums[sb]);
+        }
+        out = fmaf((float)s1 * el_fp16_to_fp32(b.d), a[i].d, out);
+    }
+    return out;
+}
+
+/* ---- matmul ---- */
+
+static int act_type(int wtype) {
+    switch (wtype) {
+    case EL_TYPE_Q5_0: case EL_TYPE_Q8_0: return EL_TYPE_Q8_0;
+    case EL_TYPE_Q4_1: return EL_TYPE_Q8_1;
+    case EL_TYPE_Q4_K: case EL_TYPE_Q6_K: return EL_TYPE_Q8_K;
+    default: return -1;
+    }
+}
+
+int el_llx_type_supported(int wtype) { return act_type(wtype) >= 0; }
+
+size_t el_llx_act_bytes(int wtype, size_t cols, size_t n_vec) {
+    const int at = act_type(wtype);
+    return at < 0 ? 0 : el_row_bytes(at, cols) * n_vec;
+}
+
+typedef struct {
+    int wtype;
+    const void *w;
+    size_t rows, cols, n_vec, ldy, wrow, arow;
+    const float *x;
+    float *y;
+    void *act;
+} llx_mm;
+
+static void llx_quantize(void *p, int ith, int nth) {
+    const llx_mm *t = p;
+    size_t v0, v1;
+    el_split(t->n_vec, ith, nth, &v0, &v1);
+    for (size_t v = v0; v < v1; v++) {
+        void *dst = (char *)t->act + v * t->arow;
+        const int at = act_type(t->wtype);
+        if (at == EL_TYPE_Q8_0) quantize_q8_0_x86(t->x + v * t->cols, dst, t->cols);
+        else if (at == EL_TYPE_Q8_1) quantize_q8_1_x86(t->x + v * t->cols, dst, t->cols);
+        else el_get_type_traits(EL_TYPE_Q8_K)->from_float(t->x + v * t->cols, dst, t->cols);
+    }
+}
+
+static void llx_rows(void *p, int ith, int nth) {
+    const llx_mm *t = p;
+    size_t r0, r1;
+    el_split(t->rows, ith, nth, &r0, &r1);
+    const size_t bs = el_type_block_size(t->wtype), nb = t->cols / bs;
+    const size_t n_gemm = t->n_vec - t->n_vec % 4; /* rows ggml's repacked kernels take 4 at a time */
+    for (size_t v = 0; v < t->n_vec; v++) {
+        const void *a = (const char *)t->act + v * t->arow;
+        for (size_t r = r0; r < r1; r++) {
+            const void *wr = (const char *)t->w + r * t->wrow;
+            float s;
+            switch (t->wtype) {
+            case EL_TYPE_Q4_1: s = dot_q4_1(wr, a, nb); break;
+            case EL_TYPE_Q4_K: s = dot_q4_K(wr, a, nb, v < n_gemm); break;
+            case EL_TYPE_Q6_K: s = t->n_vec >= 8 ? dot_q6_K_tiled(wr, a, nb) : dot_q6_K(wr, a, nb); break;
+            default: s = dot_q0(t->wtype, wr, a, nb); break;
+            }
+            t->y[v * t->ldy + r] = s;
+        }
+    }
+}
+
+void el_llx_matmul(el_pool *pool, int wtype, const void *w, size_t rows, size_t cols, const float *x,
+                   size_t n_vec, float *y, size_t ldy, void *act) {
+    llx_mm t = {wtype, w, rows, cols, n_vec, ldy, el_row_bytes(wtype, cols), el_row_bytes(act_type(wtype), cols),
+                x, y, act};
+    el_pool_run(pool, llx_quantize, &t);
+    el_pool_run(pool, llx_rows, &t);
+}
+
+/* ---- RoPE: ggml's rotate_pairs, x0*cos - x1*sin and x0*sin + x1*cos with the first product of
+ * each fused into an FMA (GCC's contraction of that code under -march=native) ---- */
+
+void el_llx_rope_apply(float *x, size_t n_head, size_t head_dim, size_t n_rot, const float *cs, int neox) {
+    for (size_t h = 0; h < n_head; h++) {
+        float *v = x + h * head_dim;
+        for (size_t i = 0; i < n_rot / 2; i++) {
+            const float c = cs[2 * i], s = cs[2 * i + 1];
+            const size_t ia = neox ? i : 2 * i, ib = neox ? i + n_rot / 2 : 2 * i + 1;
+            const float x0 = v[ia], x1 = v[ib];
+            v[ia] = fmaf(x0, c, -(x1 * s));
+            v[ib] = fmaf(x0, s, x1 * c);
+        }
+    }
+}
+
+/* ---- attention ---- */
+
+/* ggml_v_expf (AVX-512), one lane */
+static float expf_ggml(float x) {
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                         fmaf(0x1.ffffecp-1f, b, 1.0f));
+    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+    return ldexpf(j, (int)n); /* _mm512_scalef_ps: n is integral here */
+}
+
+/* ggml_vec_swiglu_f32 (AVX-512): silu(g) = g / (1 + exp(-g)) with ggml's exp, times u; a tail of
+ * fewer than 16 values takes libm's expf, as ggml's scalar remainder loop does */
+void el_llx_swiglu(float *g, const float *u, size_t n) {
+    const size_t nv = n - n % 16;
+    size_t i = 0;
+    for (; i < nv; i++) g[i] = g[i] / (1.0f + expf_ggml(0.0f - g[i])) * u[i];
+    for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+size_t el_llx_attn_scratch_floats(size_t n_cells, size_t head_dim, int n_threads) {
+    return (size_t)n_threads * (head_dim + n_cells + head_dim * 64);
+}
+
+typedef struct {
+    const el_attn_args *a;
+    int scale_q;
+    size_t n_cells;
+    float *scratch;
+} llx_attn;
+
+static int visible(const el_attn_args *a, int32_t p, int32_t qp) {
+    return p >= 0 && p <= qp && !(a->window > 0 && qp - p >= a->window);
+}
+
+static void llx_attn_items(void *p, int ith, int nth) {
+    const llx_attn *x = p;
+    const el_attn_args *a = x->a;
+    const size_t HD = a->head_dim, NC = x->n_cells, group = a->n_head / a->n_head_kv;
+    /* prefill runs llamafile's tinyBLAS (16 lanes, one accumulator) when the row length allows it,
+     * decode ggml_vec_dot_f16 (4 x 16 lanes) */
+    const int tiny_kq = a->n_q >= 2 && HD % 16 == 0, tiny_pv = a->n_q >= 2;
+    float *qf = x->scratch + (size_t)ith * (HD + NC + HD * 64), *s = qf + HD, *acc = s + NC;
+    size_t i0, i1;
+    el_split(a->n_q * a->n_head, ith, nth, &i0, &i1);
+    for (size_t it = i0; it < i1; it++) {
+        const size_t t = it / a->n_head, h = it % a->n_head, hk = h / group;
+        const int32_t qp = a->q_pos[t];
+        const float *q = a->q + (t * a->n_head + h) * HD;
+        for (size_t d = 0; d < HD; d++) qf[d] = round_f16(x->scale_q ? q[d] * a->scale : q[d]);
+        for (size_t c = 0; c < NC; c++) s[c] = -INFINITY;
+        /* KQ */
+        for (size_t j = 0; j < a->n_kv; j++) {
+            const int32_t c = a->kv_pos[j];
+            if (!visible(a, c, qp)) continue;
+            const el_half *k = (const el_half *)a->k + (j * a->n_head_kv + hk) * HD;
+            float dot;
+            if (tiny_kq) {
+                float l16[16] = {0};
+                for (size_t d = 0; d < HD; d++) l16[d % 16] = fmaf(el_fp16_to_fp32(k[d]), qf[d], l16[d % 16]);
+                dot = hsum16(l16);
+            } else {
+                const size_t np = HD - HD % 64;
+                float l64[64] = {0};
+                for (size_t d = 0; d < np; d++) l64[d % 64] = fmaf(el_fp16_to_fp32(k[d]), qf[d], l64[d % 64]);
+                double sum = (double)reduce_dot_f16(l64);
+                for (size_t d = np; d < HD; d++) sum += (double)(el_fp16_to_fp32(k[d]) * qf[d]);
+                dot = (float)sum;
+            }
+            s[c] = x->scale_q ? dot : dot * a->scale;
+        }
+        /* softmax: ggml_vec_soft_max_f32 in chunks of 16, chunk sums accumulated in double */
+        float mx = -INFINITY;
+        for (size_t c = 0; c < NC; c++) mx = s[c] > mx ? s[c] : mx;
+        double sum = 0.0;
+        for (size_t c0 = 0; c0 < NC; c0 += 16) {
+            for (size_t c = c0; c < c0 + 16; c++) s[c] = expf_ggml(s[c] - mx);
+            sum += (double)hsum16(s + c0);
+        }
+        const float inv = (float)(1.0 / sum);
+        for (size_t c = 0; c < NC; c++) s[c] = round_f16(s[c] * inv); /* the fp16 copy KQV reads */
+        /* KQV: per output dim, cells in lanes; zero probabilities add nothing, so only visible cells */
+        const size_t lanes = tiny_pv ? 16 : 64;
+        memset(acc, 0, HD * 64 * sizeof *acc);
+        for (size_t j = 0; j < a->n_kv; j++) {
+            const int32_t c = a->kv_pos[j];
+            if (!visible(a, c, qp)) continue;
+            const el_half *v = (const el_half *)a->v + (j * a->n_head_kv + hk) * HD;
+            const float pc = s[c];
+            const size_t l = (size_t)c % lanes;
+            for (size_t d = 0; d < HD; d++) acc[d * 64 + l] = fmaf(el_fp16_to_fp32(v[d]), pc, acc[d * 64 + l]);
+        }
+        float *out = a->out + (t * a->n_head + h) * HD;
+        for (size_t d = 0; d < HD; d++) out[d] = tiny_pv ? hsum16(acc + d * 64) : reduce_dot_f16(acc + d * 64);
+    }
+}
+
+void el_llx_attention(el_pool *pool, const el_attn_args *a, int scale_q, size_t n_cells, float *scratch) {
+    llx_attn x = {a, scale_q, n_cells, scratch};
+    el_pool_run(pool, llx_attn_items, &x);
+}

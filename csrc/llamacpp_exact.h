@@ -1,0 +1,35 @@
+/* llamacpp_exact.h - llama.cpp's CPU arithmetic, operation for operation (internal).
+ * The forward pass routes its matmuls, RoPE and attention here when a model's numerics are set to
+ * EL_NUMERICS_LLAMACPP; every other op of the pass already rounds as ggml does. */
+#ifndef EL_LLAMACPP_EXACT_H
+#define EL_LLAMACPP_EXACT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attention.h"
+#include "pool.h"
+
+/* 1 if llama.cpp's order is implemented for this weight type */
+int el_llx_type_supported(int wtype);
+/* bytes of the quantized activations of n_vec rows of cols floats for wtype */
+size_t el_llx_act_bytes(int wtype, size_t cols, size_t n_vec);
+/* y[v * ldy + r] = W[r] . x[v] as ggml computes it: x quantized by ggml's x86 from_float, each
+ * output summed in ggml's SIMD lanes. act: el_llx_act_bytes scratch. */
+void el_llx_matmul(el_pool *pool, int wtype, const void *w, size_t rows, size_t cols, const float *x,
+                   size_t n_vec, float *y, size_t ldy, void *act);
+
+/* g = silu(g) * u as ggml's fused SwiGLU computes it */
+void el_llx_swiglu(float *g, const float *u, size_t n);
+
+/* ggml's rope rotation (its compiler fuses one product of each pair into an FMA) */
+void el_llx_rope_apply(float *x, size_t n_head, size_t head_dim, size_t n_rot, const float *cs, int neox);
+
+/* Attention without flash attention, as ggml's graph runs it: q (times scale when scale_q) rounded
+ * to fp16, KQ in fp16 rows, softmax with ggml's exp, probabilities rounded to fp16, V^T products.
+ * kv_type must be F16. Bit-exact while every slot holds the position of its llama.cpp cell (a fresh
+ * sequence that has not wrapped a ring or shifted). scratch: el_llx_attn_scratch_floats floats. */
+size_t el_llx_attn_scratch_floats(size_t n_cells, size_t head_dim, int n_threads);
+void el_llx_attention(el_pool *pool, const el_attn_args *a, int scale_q, size_t n_cells, float *scratch);
+
+#endif
