@@ -66,11 +66,11 @@ class EdgeEngine:
     name = "edgellama"
 
     def __init__(self, model: str, n_ctx: int, n_batch: int, n_threads: int, flash_attn: str,
-                 swa_full: str = "default") -> None:
+                 swa_full: str = "default", numerics: str = "native") -> None:
         sys.path.insert(0, str(REPO))
         from edgellama.llm import LLM
 
-        self.llm = LLM(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads)
+        self.llm = LLM(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, numerics=numerics)
         self.n_vocab = self.llm.n_vocab
 
     def reset(self) -> None:
@@ -89,7 +89,7 @@ class EdgeEngine:
         from edgellama.kernels import cpu_features, isa
 
         return {"isa": isa(), "cpu_features": cpu_features(), "n_vocab": self.n_vocab,
-                "n_ctx": self.llm.n_ctx, "n_batch": self.llm.n_batch}
+                "n_ctx": self.llm.n_ctx, "n_batch": self.llm.n_batch, "numerics": self.llm.engine.numerics}
 
 
 class LlamaCppEngine:
@@ -100,7 +100,7 @@ class LlamaCppEngine:
     name = "llama.cpp"
 
     def __init__(self, model: str, n_ctx: int, n_batch: int, n_threads: int, flash_attn: str,
-                 swa_full: str = "default") -> None:
+                 swa_full: str = "default", numerics: str = "native") -> None:
         import llama_cpp
 
         kw: dict[str, Any] = {}
@@ -171,7 +171,7 @@ def worker_main(args: argparse.Namespace) -> int:
     """Long-lived worker: one JSON command per stdin line, one JSON answer per line."""
     out = _proto_channel()
     eng = ENGINES[args.worker](args.model, args.ctx, args.batch, args.worker_threads, args.flash_attn,
-                               args.swa_full)
+                               args.swa_full, args.numerics)
     out.write(json.dumps({"ready": True, "info": eng.info()}) + "\n")
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -208,7 +208,8 @@ def rss_main(args: argparse.Namespace) -> int:
         import llama_cpp  # noqa: F401
     before = read_status()
     t0 = time.perf_counter()
-    eng = ENGINES[args.rss](args.model, args.ctx, 512, args.worker_threads, args.flash_attn, args.swa_full)
+    eng = ENGINES[args.rss](args.model, args.ctx, 512, args.worker_threads, args.flash_attn, args.swa_full,
+                            args.numerics)
     load_s = time.perf_counter() - t0
     after_load = read_status()
     prompt = eng.tokenize(RSS_PROMPT)
@@ -379,7 +380,8 @@ def print_report(result: dict[str, Any]) -> None:
         el = meta["info"]["edgellama"]
         print(f"llama.cpp: llama-cpp-python {lc['version']}, flash_attn {lc['flash_attn']}, "
               f"swa_full {lc['swa_full']}, n_batch {lc['n_batch']}\n  {lc['system_info']}")
-        print(f"edgellama: isa {el['isa']} ({el['cpu_features']}), n_batch {el['n_batch']}")
+        print(f"edgellama: isa {el['isa']} ({el['cpu_features']}), n_batch {el['n_batch']}, "
+              f"numerics {el.get('numerics', 'native')}")
     if not result["speed"]:
         result["speed_meta"] = []
     else:
@@ -501,6 +503,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="llama.cpp's attention path (default: what Llama() picks)")
     p.add_argument("--swa-full", choices=("default", "on", "off"), default="default",
                    help="llama.cpp's full-size sliding-window KV cache (default: what Llama() picks)")
+    p.add_argument("--numerics", choices=("native", "llamacpp"), default="native",
+                   help="edgellama's numerics (llamacpp: llama.cpp's float order, bit-identical logits)")
     p.add_argument("--rss-threads", type=int, default=2)
     p.add_argument("--rss-fill", action="store_true",
                    help="RSS run: pad the prompt with random tokens to fill --ctx (touches the whole KV cache)")
@@ -552,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
                               "machine": {"ncpu": os.cpu_count() or 1, "loadavg_start": loadavg()},
                               "speed": [], "speed_meta": [], "targets": {**TARGETS, "rss": RSS_TARGET,
                                                                         "at_threads": TARGET_THREADS}}
-    llama_args = ["--flash-attn", args.flash_attn, "--swa-full", args.swa_full]
+    llama_args = ["--flash-attn", args.flash_attn, "--swa-full", args.swa_full, "--numerics", args.numerics]
     if not args.no_speed:
         for t in args.threads:
             rows, meta = bench_speed(model, t, args.n_prompt, args.n_gen, args.repetitions, args.ctx, args.seed,

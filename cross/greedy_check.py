@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-c", "--ctx", type=int, default=128)
     ap.add_argument("--logits", type=Path, help="save the (1 + n) x vocab logits here (.npy)")
     ap.add_argument("--markers", action="store_true", help="getppid() before and after each eval")
+    ap.add_argument("--numerics", choices=("native", "llamacpp"), default="native")
     args = ap.parse_args(argv)
 
     from edgellama import kernels
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     mark = os.getppid if args.markers else (lambda: 0)
     prompt = [int(x) for x in args.prompt_ids.split(",") if x]
     t0 = time.perf_counter()
-    llm = LLM(args.model, n_ctx=args.ctx, n_threads=args.threads)
+    llm = LLM(args.model, n_ctx=args.ctx, n_threads=args.threads, numerics=args.numerics)
     t1 = time.perf_counter()
     mark()
     logits = np.array(llm.eval(prompt), dtype=np.float32)
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         np.save(args.logits, np.stack(rows))
     report = {
         "isa": kernels.isa(),
+        "numerics": args.numerics,
         "features": kernels.cpu_features(),
         "machine": os.uname().machine,
         "prompt": prompt,

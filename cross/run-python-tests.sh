@@ -5,7 +5,9 @@
 #     Cortex-A72 (NEON) and a Cortex-A76 (NEON + dotprod), two threads: the tokens must equal
 #     llama.cpp's reference greedy continuation, and the logits of every step are compared with the
 #     host's EDGELLAMA_ISA=scalar logits; EDGELLAMA_ISA=scalar on the A72 (prompt + 1 step) must give
-#     the host's scalar logits bit for bit (same C, another compiler target).
+#     the host's scalar logits bit for bit (same C, another compiler target); and with
+#     --numerics llamacpp on the A72 (prompt + 1 step) the host's llama.cpp-order logits bit for bit,
+#     whose prompt top-10 are llama.cpp's reference logits to the bit: a Pi reproduces llama.cpp x86.
 #  2. A documented subset of the project's pytest suite, run by the root's pytest 7.2:
 #       A72: test_quants.py (minus the gemma_rows tests: gguf-py's reader needs ~10 emulated minutes
 #            for the 262k vocabulary), test_gguf_writer.py, test_gguf_reader.py (not slow, not
@@ -79,6 +81,21 @@ if [ "$do_generate" = yes ]; then
         fi
         echo "-cpu $cpu: $(cat "$work/$cpu-$isa.json") ($(( $(date +%s) - t0 )) s)"
     done
+    # llama.cpp's float order (portable C on aarch64, AVX2 on the host): the same bits on both
+    (cd "$root" && PYTHONPATH=$root python3 cross/greedy_check.py "$model" --prompt-ids "$ids" -n 1 \
+        --numerics llamacpp --logits "$work/host-llamacpp.npy" >"$work/host-llamacpp.json")
+    t0=$(date +%s)
+    rc=0
+    PYTHONPATH="$STAGE/site" qemu-aarch64 -L "$ARM_ROOT" -cpu cortex-a72 "$PY" "$root/cross/greedy_check.py" \
+        "$model" --prompt-ids "$ids" -n 1 --numerics llamacpp --logits "$work/a72-llamacpp.npy" \
+        >"$work/a72-llamacpp.json" 2>"$work/a72-llamacpp.err" || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        cat "$work/a72-llamacpp.err" >&2
+        echo "FAILED: generate -cpu cortex-a72 --numerics llamacpp: exit $rc"
+        fail=1
+    else
+        echo "-cpu cortex-a72 numerics=llamacpp: $(cat "$work/a72-llamacpp.json") ($(( $(date +%s) - t0 )) s)"
+    fi
     # the checks, on the host: tokens vs llama.cpp, logits vs the host's scalar path
     python3 - "$work" "$root/../shared/reference/greedy.json" "$N_GEN" <<'PY' || fail=1
 import json, sys
@@ -107,6 +124,18 @@ for name, isa, exact in [("cortex-a72", "neon", False), ("cortex-a76", "neon-dot
     good = rep["isa"] == isa and rep["tokens"] == want[:n] and top1 and (not exact or diff.max() == 0)
     print(("ok: " if good else "FAILED: ") + line)
     ok = ok and good
+# llama.cpp numerics: aarch64 == host, and the prompt's top-10 == llama.cpp's reference logits
+if (work / "a72-llamacpp.npy").exists():
+    arm, host_l = np.load(work / "a72-llamacpp.npy"), np.load(work / "host-llamacpp.npy")
+    ref = json.loads((ref_path.parent / "logits.json").read_text())[0]
+    same = arm.shape == host_l.shape and bool((arm == host_l).all())
+    ref_ok = bool((host_l[0][ref["top10_ids"]] == np.array(ref["top10_logits"], dtype=np.float32)).all())
+    good = same and ref_ok
+    print(("ok: " if good else "FAILED: ") + f"-cpu cortex-a72 numerics=llamacpp: logits bit-identical to the host's "
+          f"{same}, prompt top-10 equal llama.cpp's reference {ref_ok}")
+    ok = ok and good
+else:
+    print("FAILED: no result for -cpu cortex-a72 --numerics llamacpp"); ok = False
 sys.exit(0 if ok else 1)
 PY
 fi

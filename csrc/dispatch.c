@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "dispatch.h"
+#include "llamacpp_exact.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -80,6 +81,7 @@ static void fill(el_kernels *k, const char *name) {
     if (strcmp(name, "avx2") == 0 || strcmp(name, "avx512") == 0) {
         el_kernels_fill_avx2(k); /* the types avx512 does not accelerate keep their AVX2 entries */
         el_kernels_fill_avx2_attention(k);
+        el_kernels_fill_avx2_llamacpp(k);
     }
     if (strcmp(name, "avx512") == 0) el_kernels_fill_avx512(k);
 #endif
@@ -197,6 +199,8 @@ void el_kernels_fill_scalar(el_kernels *k) {
     k->attn_qk_f16 = el_attn_qk_f16_scalar;
     k->attn_pv_f16 = el_attn_pv_f16_scalar;
     k->round_f16 = el_round_f16_scalar;
+    el_llx_fill_scalar(k->llx_vec_dot);
+    el_llx_fill_scalar_attention(k);
 }
 
 /* Builds without an ISA's file still link: the filler is a no-op there. */

@@ -12,10 +12,21 @@
 #include <math.h>
 #include <string.h>
 
+#include "dispatch.h"
 #include "edgellama.h"
 #include "fp16.h"
 #include "llamacpp_exact.h"
 #include "quants.h"
+
+/* The hot loops get an x86 clone with FMA and AVX2 (picked at load time by an ifunc): fmaf becomes
+ * one instruction and the integer lane sums vectorize. Same operations, same bits: -ffp-contract=off
+ * and no reassociation keep every rounding where the C puts it. Elsewhere fmaf is native (aarch64)
+ * or exact in software. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define HOT
+#endif
 
 /* ---- horizontal sums, in the order of ggml's (x86) helpers ---- */
 
@@ -81,7 +92,7 @@ static void quantize_q8_1_x86(const float *x, block_q8_1 *y, size_t n) {
 
 /* Q5_0 / Q8_0 x Q8_0: vec_dot (decode) and tinyBLAS_Q0_AVX (prefill) do the same per output:
  * 8 lanes of 4-byte integer dots, one FMA per block with d = dx * dy, hsum_float_8 */
-static float dot_q0(int wtype, const void *w, const block_q8_0 *a, size_t nb) {
+HOT static float dot_q0(int wtype, const void *w, const block_q8_0 *a, size_t nb) {
     float acc[8] = {0};
     int8_t q[32];
     for (size_t ib = 0; ib < nb; ib++) {
@@ -109,7 +120,7 @@ static float dot_q0(int wtype, const void *w, const block_q8_0 *a, size_t nb) {
 
 /* Q4_1 x Q8_1 (AVX2 vec_dot; no tinyBLAS or repack on x86, so prefill too): the Q0 lanes for
  * d0 d1 sum(q x), the min terms m x s summed apart by scalar FMAs, added last */
-static float dot_q4_1(const void *w, const block_q8_1 *a, size_t nb) {
+HOT static float dot_q4_1(const void *w, const block_q8_1 *a, size_t nb) {
     float acc[8] = {0}, summs = 0.0f;
     int8_t q[32];
     for (size_t ib = 0; ib < nb; ib++) {
@@ -127,25 +138,50 @@ static float dot_q4_1(const void *w, const block_q8_1 *a, size_t nb) {
     return hsum8(acc) + summs;
 }
 
+/* A K-quant super-block unpacked once per weight row, then dotted with every activation row */
+typedef struct {
+    int8_t q[QK_K];  /* levels: Q4_K 0..15, Q6_K -32..31 */
+    int16_t sc[16];  /* Q4_K: 8 sub-block scales; Q6_K: 16 */
+    int16_t mn[8];   /* Q4_K mins */
+    float d, dmin;
+} kblock;
+#define KROW_MAX 64    /* super-blocks per row unpacked at once (16384 columns) */
+#define Q5_ROW_MAX 512 /* Q5_0 blocks per row re-blocked at once (16384 columns) */
+
+static void unpack_k_row(int wtype, const void *w, size_t nb, kblock *out) {
+    for (size_t i = 0; i < nb; i++) {
+        if (wtype == EL_TYPE_Q4_K) {
+            block_q4_K b;
+            uint8_t sc[8], mn[8];
+            memcpy(&b, (const char *)w + i * sizeof b, sizeof b);
+            el_unpack_q4_K(&b, out[i].q, sc, mn);
+            for (int j = 0; j < 8; j++) out[i].sc[j] = sc[j], out[i].mn[j] = mn[j];
+            out[i].d = el_fp16_to_fp32(b.d);
+            out[i].dmin = el_fp16_to_fp32(b.dmin);
+        } else {
+            block_q6_K b;
+            memcpy(&b, (const char *)w + i * sizeof b, sizeof b);
+            el_unpack_q6_K(&b, out[i].q);
+            for (int j = 0; j < 16; j++) out[i].sc[j] = b.scales[j];
+            out[i].d = el_fp16_to_fp32(b.d);
+        }
+    }
+}
+
 /* Q4_K, repacked 8x8. Per super-block an integer sum of scale x dot and one of min x bsum, each
  * FMA'd into its own accumulator, the two subtracted at the end. gemv (rows left over from groups
  * of 4 activation rows: decode) adds once per super-block; gemm (groups of 4) once per pair of
  * 32-value sub-blocks. */
-static float dot_q4_K(const void *w, const block_q8_K *a, size_t nb, int gemm) {
+HOT static float dot_q4_K(const kblock *b, const block_q8_K *a, size_t nb, int gemm) {
     float acc = 0.0f, accm = 0.0f;
-    int8_t q[QK_K];
-    uint8_t sc[8], mn[8];
     for (size_t i = 0; i < nb; i++) {
-        block_q4_K b;
-        memcpy(&b, (const char *)w + i * sizeof b, sizeof b);
-        el_unpack_q4_K(&b, q, sc, mn);
-        const float d = el_fp16_to_fp32(b.d) * a[i].d, dm = el_fp16_to_fp32(b.dmin) * a[i].d;
+        const float d = b[i].d * a[i].d, dm = b[i].dmin * a[i].d;
         int isum = 0, imin = 0;
         for (int sb = 0; sb < 8; sb++) {
             int s = 0;
-            for (int k = 32 * sb; k < 32 * sb + 32; k++) s += (int)q[k] * (int)a[i].qs[k];
-            isum += (int)sc[sb] * s;
-            imin += (int)mn[sb] * ((int)a[i].bsums[2 * sb] + (int)a[i].bsums[2 * sb + 1]);
+            for (int k = 32 * sb; k < 32 * sb + 32; k++) s += (int)b[i].q[k] * (int)a[i].qs[k];
+            isum += (int)b[i].sc[sb] * s;
+            imin += (int)b[i].mn[sb] * ((int)a[i].bsums[2 * sb] + (int)a[i].bsums[2 * sb + 1]);
             if (gemm && sb % 2 == 1) {
                 acc = fmaf((float)isum, d, acc);
                 accm = fmaf((float)imin, dm, accm);
@@ -162,7 +198,7 @@ static float dot_q4_K(const void *w, const block_q8_K *a, size_t nb, int gemm) {
 
 /* Q6_K (AVX2 vec_dot): levels 0..63 in 8 lanes of 4 bytes per 32, the -32 offset taken off per lane
  * through bsums x scales (pairs 2l, 2l+1), one FMA per super-block */
-static float dot_q6_K(const void *w, const block_q8_K *a, size_t nb) {
+HOT static float dot_q6_K(const void *w, const block_q8_K *a, size_t nb) {
     float acc[8] = {0};
     int8_t q[QK_K];
     for (size_t i = 0; i < nb; i++) {
@@ -183,22 +219,31 @@ static float dot_q6_K(const void *w, const block_q8_K *a, size_t nb) {
  * 256-value block an exact integer sum of scale x (dot - 32 bsum) over the 16-value sub-blocks,
  * times the weight's d, times the activation's d, added to the output block by block (the add and
  * the last multiply fused by the compiler) */
-static float dot_q6_K_tiled(const void *w, const block_q8_K *a, size_t nb) {
+HOT static float dot_q6_K_tiled(const kblock *b, const block_q8_K *a, size_t nb) {
     float out = 0.0f;
-    int8_t q[QK_K];
     for (size_t i = 0; i < nb; i++) {
-        block_q6_K b;
-        memcpy(&b, (const char *)w + i * sizeof b, sizeof b);
-        el_unpack_q6_K(&b, q);
         int s1 = 0;
         for (int sb = 0; sb < QK_K / 16; sb++) {
             int raw = 0;
-            for (int k = 16 * sb; k < 16 * sb + 16; k++) raw += ((int)q[k] + 32) * (int)a[i].qs[k];
-            s1 += (int)b.scales[sb] * (raw - 32 * (int)a[i].bsums[sb]);
+            for (int k = 16 * sb; k < 16 * sb + 16; k++) raw += ((int)b[i].q[k] + 32) * (int)a[i].qs[k];
+            s1 += (int)b[i].sc[sb] * (raw - 32 * (int)a[i].bsums[sb]);
         }
-        out = fmaf((float)s1 * el_fp16_to_fp32(b.d), a[i].d, out);
+        out = fmaf((float)s1 * b[i].d, a[i].d, out);
     }
     return out;
+}
+
+/* the per-row dots as el_vec_dot_fn (n values) for the dispatch table */
+static float ref_q5_0(size_t n, const void *w, const void *a) { return dot_q0(EL_TYPE_Q5_0, w, a, n / QK5_0); }
+static float ref_q8_0(size_t n, const void *w, const void *a) { return dot_q0(EL_TYPE_Q8_0, w, a, n / QK8_0); }
+static float ref_q4_1(size_t n, const void *w, const void *a) { return dot_q4_1(w, a, n / QK4_1); }
+static float ref_q6_K(size_t n, const void *w, const void *a) { return dot_q6_K(w, a, n / QK_K); }
+
+void el_llx_fill_scalar(el_vec_dot_fn table[EL_TYPE_COUNT]) {
+    table[EL_TYPE_Q5_0] = ref_q5_0;
+    table[EL_TYPE_Q8_0] = ref_q8_0;
+    table[EL_TYPE_Q4_1] = ref_q4_1;
+    table[EL_TYPE_Q6_K] = ref_q6_K;
 }
 
 /* ---- matmul ---- */
@@ -212,7 +257,10 @@ static int act_type(int wtype) {
     }
 }
 
-int el_llx_type_supported(int wtype) { return act_type(wtype) >= 0; }
+int el_llx_type_supported(int wtype, size_t cols) {
+    if (act_type(wtype) < 0) return 0;
+    return !(wtype == EL_TYPE_Q4_K || wtype == EL_TYPE_Q6_K) || cols <= (size_t)KROW_MAX * QK_K;
+}
 
 size_t el_llx_act_bytes(int wtype, size_t cols, size_t n_vec) {
     const int at = act_type(wtype);
@@ -226,6 +274,7 @@ typedef struct {
     const float *x;
     float *y;
     void *act;
+    el_vec_dot_fn dot; /* the per-row dot of this ISA (types other than Q4_K) */
 } llx_mm;
 
 static void llx_quantize(void *p, int ith, int nth) {
@@ -247,26 +296,44 @@ static void llx_rows(void *p, int ith, int nth) {
     el_split(t->rows, ith, nth, &r0, &r1);
     const size_t bs = el_type_block_size(t->wtype), nb = t->cols / bs;
     const size_t n_gemm = t->n_vec - t->n_vec % 4; /* rows ggml's repacked kernels take 4 at a time */
+    const int q6_tiled = t->wtype == EL_TYPE_Q6_K && t->n_vec >= 8;
+    if (t->wtype == EL_TYPE_Q4_K || q6_tiled) {
+        kblock ub[KROW_MAX]; /* el_llx_type_supported: K-quant rows have at most KROW_MAX super-blocks */
+        for (size_t r = r0; r < r1; r++) {
+            unpack_k_row(t->wtype, (const char *)t->w + r * t->wrow, nb, ub);
+            for (size_t v = 0; v < t->n_vec; v++) {
+                const block_q8_K *a = (const block_q8_K *)((const char *)t->act + v * t->arow);
+                t->y[v * t->ldy + r] = q6_tiled ? dot_q6_K_tiled(ub, a, nb) : dot_q4_K(ub, a, nb, v < n_gemm);
+            }
+        }
+        return;
+    }
+    if (t->wtype == EL_TYPE_Q5_0 && t->n_vec > 1 && nb <= Q5_ROW_MAX) {
+        /* a batch: each Q5_0 row re-blocked once as Q8_0 (same levels, same d), whose dot runs the
+         * very same operations with less unpacking */
+        const el_vec_dot_fn dot8 = el_kern()->llx_vec_dot[EL_TYPE_Q8_0];
+        block_q8_0 row[Q5_ROW_MAX];
+        for (size_t r = r0; r < r1; r++) {
+            for (size_t i = 0; i < nb; i++) {
+                block_q5_0 b;
+                memcpy(&b, (const char *)t->w + r * t->wrow + i * sizeof b, sizeof b);
+                el_unpack_q5_0(&b, row[i].qs);
+                row[i].d = b.d;
+            }
+            for (size_t v = 0; v < t->n_vec; v++) t->y[v * t->ldy + r] = dot8(t->cols, row, (const char *)t->act + v * t->arow);
+        }
+        return;
+    }
     for (size_t v = 0; v < t->n_vec; v++) {
         const void *a = (const char *)t->act + v * t->arow;
-        for (size_t r = r0; r < r1; r++) {
-            const void *wr = (const char *)t->w + r * t->wrow;
-            float s;
-            switch (t->wtype) {
-            case EL_TYPE_Q4_1: s = dot_q4_1(wr, a, nb); break;
-            case EL_TYPE_Q4_K: s = dot_q4_K(wr, a, nb, v < n_gemm); break;
-            case EL_TYPE_Q6_K: s = t->n_vec >= 8 ? dot_q6_K_tiled(wr, a, nb) : dot_q6_K(wr, a, nb); break;
-            default: s = dot_q0(t->wtype, wr, a, nb); break;
-            }
-            t->y[v * t->ldy + r] = s;
-        }
+        for (size_t r = r0; r < r1; r++) t->y[v * t->ldy + r] = t->dot(t->cols, (const char *)t->w + r * t->wrow, a);
     }
 }
 
 void el_llx_matmul(el_pool *pool, int wtype, const void *w, size_t rows, size_t cols, const float *x,
                    size_t n_vec, float *y, size_t ldy, void *act) {
     llx_mm t = {wtype, w, rows, cols, n_vec, ldy, el_row_bytes(wtype, cols), el_row_bytes(act_type(wtype), cols),
-                x, y, act};
+                x, y, act, el_kern()->llx_vec_dot[wtype]};
     el_pool_run(pool, llx_quantize, &t);
     el_pool_run(pool, llx_rows, &t);
 }
@@ -304,7 +371,7 @@ static float expf_ggml(float x) {
 
 /* ggml_vec_swiglu_f32 (AVX-512): silu(g) = g / (1 + exp(-g)) with ggml's exp, times u; a tail of
  * fewer than 16 values takes libm's expf, as ggml's scalar remainder loop does */
-void el_llx_swiglu(float *g, const float *u, size_t n) {
+HOT void el_llx_swiglu(float *g, const float *u, size_t n) {
     const size_t nv = n - n % 16;
     size_t i = 0;
     for (; i < nv; i++) g[i] = g[i] / (1.0f + expf_ggml(0.0f - g[i])) * u[i];
@@ -326,13 +393,41 @@ static int visible(const el_attn_args *a, int32_t p, int32_t qp) {
     return p >= 0 && p <= qp && !(a->window > 0 && qp - p >= a->window);
 }
 
+/* one score of KQ: q (fp16-exact floats) . k (an fp16 row) in tinyBLAS's 16 lanes (tiny) or
+ * ggml_vec_dot_f16's 4 x 16, a tail past the last 64 summed in double as there */
+static float ref_kq(size_t hd, const float *q, const el_half *k, int tiny) {
+    if (tiny) {
+        float l16[16] = {0};
+        for (size_t d = 0; d < hd; d++) l16[d % 16] = fmaf(el_fp16_to_fp32(k[d]), q[d], l16[d % 16]);
+        return hsum16(l16);
+    }
+    const size_t np = hd - hd % 64;
+    float l64[64] = {0};
+    for (size_t d = 0; d < np; d++) l64[d % 64] = fmaf(el_fp16_to_fp32(k[d]), q[d], l64[d % 64]);
+    double sum = (double)reduce_dot_f16(l64);
+    for (size_t d = np; d < hd; d++) sum += (double)(el_fp16_to_fp32(k[d]) * q[d]);
+    return (float)sum;
+}
+
+/* one cell of KQV: lane[d] += v[d] * p, the lane being the cell's */
+static void ref_pv(size_t hd, float p, const el_half *v, float *lane) {
+    for (size_t d = 0; d < hd; d++) lane[d] = fmaf(el_fp16_to_fp32(v[d]), p, lane[d]);
+}
+
+void el_llx_fill_scalar_attention(el_kernels *k) {
+    k->llx_kq = ref_kq;
+    k->llx_pv = ref_pv;
+}
+
 static void llx_attn_items(void *p, int ith, int nth) {
     const llx_attn *x = p;
     const el_attn_args *a = x->a;
+    const el_kernels *kern = el_kern();
     const size_t HD = a->head_dim, NC = x->n_cells, group = a->n_head / a->n_head_kv;
     /* prefill runs llamafile's tinyBLAS (16 lanes, one accumulator) when the row length allows it,
      * decode ggml_vec_dot_f16 (4 x 16 lanes) */
     const int tiny_kq = a->n_q >= 2 && HD % 16 == 0, tiny_pv = a->n_q >= 2;
+    const size_t lanes = tiny_pv ? 16 : 64;
     float *qf = x->scratch + (size_t)ith * (HD + NC + HD * 64), *s = qf + HD, *acc = s + NC;
     size_t i0, i1;
     el_split(a->n_q * a->n_head, ith, nth, &i0, &i1);
@@ -346,20 +441,7 @@ static void llx_attn_items(void *p, int ith, int nth) {
         for (size_t j = 0; j < a->n_kv; j++) {
             const int32_t c = a->kv_pos[j];
             if (!visible(a, c, qp)) continue;
-            const el_half *k = (const el_half *)a->k + (j * a->n_head_kv + hk) * HD;
-            float dot;
-            if (tiny_kq) {
-                float l16[16] = {0};
-                for (size_t d = 0; d < HD; d++) l16[d % 16] = fmaf(el_fp16_to_fp32(k[d]), qf[d], l16[d % 16]);
-                dot = hsum16(l16);
-            } else {
-                const size_t np = HD - HD % 64;
-                float l64[64] = {0};
-                for (size_t d = 0; d < np; d++) l64[d % 64] = fmaf(el_fp16_to_fp32(k[d]), qf[d], l64[d % 64]);
-                double sum = (double)reduce_dot_f16(l64);
-                for (size_t d = np; d < HD; d++) sum += (double)(el_fp16_to_fp32(k[d]) * qf[d]);
-                dot = (float)sum;
-            }
+            const float dot = kern->llx_kq(HD, qf, (const el_half *)a->k + (j * a->n_head_kv + hk) * HD, tiny_kq);
             s[c] = x->scale_q ? dot : dot * a->scale;
         }
         /* softmax: ggml_vec_soft_max_f32 in chunks of 16, chunk sums accumulated in double */
@@ -372,19 +454,20 @@ static void llx_attn_items(void *p, int ith, int nth) {
         }
         const float inv = (float)(1.0 / sum);
         for (size_t c = 0; c < NC; c++) s[c] = round_f16(s[c] * inv); /* the fp16 copy KQV reads */
-        /* KQV: per output dim, cells in lanes; zero probabilities add nothing, so only visible cells */
-        const size_t lanes = tiny_pv ? 16 : 64;
-        memset(acc, 0, HD * 64 * sizeof *acc);
+        /* KQV: the cells in lanes (acc: lanes x HD); zero probabilities add nothing, so only the
+         * visible cells, in ascending order */
+        memset(acc, 0, lanes * HD * sizeof *acc);
         for (size_t j = 0; j < a->n_kv; j++) {
             const int32_t c = a->kv_pos[j];
             if (!visible(a, c, qp)) continue;
-            const el_half *v = (const el_half *)a->v + (j * a->n_head_kv + hk) * HD;
-            const float pc = s[c];
-            const size_t l = (size_t)c % lanes;
-            for (size_t d = 0; d < HD; d++) acc[d * 64 + l] = fmaf(el_fp16_to_fp32(v[d]), pc, acc[d * 64 + l]);
+            kern->llx_pv(HD, s[c], (const el_half *)a->v + (j * a->n_head_kv + hk) * HD, acc + ((size_t)c % lanes) * HD);
         }
         float *out = a->out + (t * a->n_head + h) * HD;
-        for (size_t d = 0; d < HD; d++) out[d] = tiny_pv ? hsum16(acc + d * 64) : reduce_dot_f16(acc + d * 64);
+        for (size_t d = 0; d < HD; d++) {
+            float col[64];
+            for (size_t l = 0; l < lanes; l++) col[l] = acc[l * HD + d];
+            out[d] = tiny_pv ? hsum16(col) : reduce_dot_f16(col);
+        }
     }
 }
 

@@ -8,10 +8,15 @@
 #include <stdint.h>
 
 #include "attention.h"
+#include "quants.h"
 #include "pool.h"
 
-/* 1 if llama.cpp's order is implemented for this weight type */
-int el_llx_type_supported(int wtype);
+/* The scalar references of the per-row dots (Q5_0, Q8_0, Q4_1, Q6_K) into a dispatch table's
+ * llx_vec_dot; SIMD files override them with bit-identical versions. */
+void el_llx_fill_scalar(el_vec_dot_fn table[EL_TYPE_COUNT]);
+
+/* 1 if llama.cpp's order is implemented for this weight type and row length */
+int el_llx_type_supported(int wtype, size_t cols);
 /* bytes of the quantized activations of n_vec rows of cols floats for wtype */
 size_t el_llx_act_bytes(int wtype, size_t cols, size_t n_vec);
 /* y[v * ldy + r] = W[r] . x[v] as ggml computes it: x quantized by ggml's x86 from_float, each

@@ -213,12 +213,13 @@ void el_model_free(el_model *m) {
 /* every matmul weight of the model has a llama.cpp-order kernel (Q4_K: only as ggml repacks it) */
 static int llx_weights_ok(const el_model_desc *d) {
     const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
-    if (!el_llx_type_supported(out->type)) return 0;
+    if (!el_llx_type_supported(out->type, (size_t)out->ne0)) return 0;
     for (int32_t il = 0; il < d->n_layer; il++) {
         const el_layer *L = &d->layers[il];
         const el_tensor *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int i = 0; i < 7; i++)
-            if (!el_llx_type_supported(ws[i]->type) || (ws[i]->type == EL_TYPE_Q4_K && ws[i]->ne1 % 8)) return 0;
+            if (!el_llx_type_supported(ws[i]->type, (size_t)ws[i]->ne0) || (ws[i]->type == EL_TYPE_Q4_K && ws[i]->ne1 % 8))
+                return 0;
     }
     return 1;
 }

@@ -44,7 +44,7 @@ def _time_tg(llm: Any, first: int, n: int) -> float:
 
 
 def bench(path: Any, threads: list[int], n_prompt: list[int], n_gen: list[int], reps: int, n_ctx: int,
-          kv_type: str) -> list[dict[str, Any]]:
+          kv_type: str, numerics: str = "native") -> list[dict[str, Any]]:
     from edgellama.kernels import isa
     from edgellama.llm import LLM
 
@@ -52,7 +52,7 @@ def bench(path: Any, threads: list[int], n_prompt: list[int], n_gen: list[int], 
     need_ctx = max([n_ctx] + n_prompt + n_gen)
     for t in threads:
         max_pp = max(n_prompt + [1])
-        with LLM(path, n_ctx=need_ctx, n_batch=max_pp, n_threads=t, kv_type=kv_type) as llm:
+        with LLM(path, n_ctx=need_ctx, n_batch=max_pp, n_threads=t, kv_type=kv_type, numerics=numerics) as llm:
             rng = np.random.default_rng(0)
             for kind, sizes in (("pp", n_prompt), ("tg", n_gen)):
                 for n in sizes:
@@ -66,7 +66,7 @@ def bench(path: Any, threads: list[int], n_prompt: list[int], n_gen: list[int], 
                     rates = [n / run_once() for _ in range(reps)]
                     rows.append({
                         "model": llm.path.name, "size_bytes": llm.path.stat().st_size, "arch": llm.hp.arch,
-                        "isa": isa(), "threads": t, "test": f"{kind}{n}", "n_tokens": n,
+                        "isa": isa(), "numerics": numerics, "threads": t, "test": f"{kind}{n}", "n_tokens": n,
                         "tok_s_mean": statistics.fmean(rates),
                         "tok_s_stdev": statistics.stdev(rates) if len(rates) > 1 else 0.0,
                         "samples": rates,
@@ -83,14 +83,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("-t/--threads must be in 0..64")
     threads = [t or default_threads() for t in args.threads]
     rows = bench(model_path(args), threads, args.n_prompt, args.n_gen, args.repetitions, args.ctx_size or 0,
-                 args.cache_type)
+                 args.cache_type, args.numerics)
     if args.json:
         json.dump(rows, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
-    print("| model | size | arch | isa | threads | test | t/s |")
-    print("| --- | ---: | --- | --- | ---: | ---: | ---: |")
+    print("| model | size | arch | isa | numerics | threads | test | t/s |")
+    print("| --- | ---: | --- | --- | --- | ---: | ---: | ---: |")
     for r in rows:
-        print(f"| {r['model']} | {r['size_bytes'] / 2**20:.1f} MiB | {r['arch']} | {r['isa']} | {r['threads']} | "
+        print(f"| {r['model']} | {r['size_bytes'] / 2**20:.1f} MiB | {r['arch']} | {r['isa']} | {r['numerics']} | {r['threads']} | "
               f"{r['test']} | {r['tok_s_mean']:.2f} ± {r['tok_s_stdev']:.2f} |")
     return 0

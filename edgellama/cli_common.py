@@ -33,6 +33,9 @@ def add_model_args(p: argparse.ArgumentParser, threads_list: bool = False) -> No
                    help="tokens kept at the start when the context fills up and shifts (system prompt, sinks)")
     p.add_argument("--no-context-shift", action="store_true",
                    help="stop at a full context instead of dropping the oldest tokens")
+    p.add_argument("--numerics", choices=("native", "llamacpp"), default="native",
+                   help="native: this CPU's fastest kernels; llamacpp: llama.cpp's own order of every float "
+                        "operation (its x86 build), so logits and greedy text equal llama.cpp's bit for bit")
 
 
 def model_path(args: argparse.Namespace) -> Path:
@@ -68,4 +71,4 @@ def load(args: argparse.Namespace):  # -> LLM (import kept lazy: `info` must sta
         raise ValueError("--keep must be >= 0")
     return LLM(model_path(args), n_ctx=args.ctx_size or None, n_batch=args.batch_size,
                n_threads=args.threads or None, kv_type=args.cache_type, mem_budget=budget, n_keep=args.keep,
-               context_shift=not args.no_context_shift)
+               context_shift=not args.no_context_shift, numerics=args.numerics)

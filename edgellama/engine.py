@@ -188,7 +188,7 @@ class Engine:
             raise ValueError(f"unknown numerics {numerics!r} (choose from {', '.join(NUMERICS)})")
         status = lib.el_model_set_numerics(self._ptr, NUMERICS[numerics])
         if status == lib.EL_EUNSUPPORTED:
-            raise ValueError(f"numerics {numerics!r} needs an f16 KV cache and weights of types Q5_0, Q8_0, "
+            raise ValueError(f"numerics {numerics!r} needs an f16 KV cache and weights of types Q5_0, Q8_0, Q4_1, "
                              f"Q4_K (rows a multiple of 8) or Q6_K; this model or cache has others")
         check(status, f"switching to {numerics} numerics")
         self.numerics = numerics

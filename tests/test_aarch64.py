@@ -80,8 +80,9 @@ def test_gemma3_on_emulated_a72_and_a76_decodes_llama_cpp_tokens_and_runs_the_py
     gemma_path: Path,
 ) -> None:
     """cross/run-python-tests.sh: the wheel in the arm64 root's python3.11 under qemu; greedy tokens
-    equal llama.cpp's on both CPUs, aarch64 scalar logits equal the host's bit for bit, and the
-    documented pytest subset passes on both CPUs."""
+    equal llama.cpp's on both CPUs, aarch64 scalar logits equal the host's bit for bit, so do the
+    llama.cpp-order logits (and those equal llama.cpp's reference), and the documented pytest subset
+    passes on both CPUs."""
     _need_cross_tools()
     _need_root()
     proc = _sh("run-python-tests.sh", 1800, EDGELLAMA_MODEL=str(gemma_path))
@@ -100,6 +101,9 @@ def test_gemma3_on_emulated_a72_and_a76_decodes_llama_cpp_tokens_and_runs_the_py
     assert len(runs[("cortex-a76", "neon-dotprod")]["tokens"]) == 8
     scalar = next(ln for ln in out.splitlines() if ln.startswith("ok: -cpu cortex-a72 isa=scalar"))
     assert "max |diff| 0 " in scalar  # the same C on another target: bit-identical logits
+    # --numerics llamacpp on aarch64: the host's bits, which are llama.cpp's reference logits
+    assert ("ok: -cpu cortex-a72 numerics=llamacpp: logits bit-identical to the host's True, "
+            "prompt top-10 equal llama.cpp's reference True") in out
     for cpu in ("cortex-a72", "cortex-a76"):
         m2 = re.search(rf"^ok: pytest -cpu {cpu} .*: (\d+) passed", out, re.MULTILINE)
         assert m2 and int(m2.group(1)) > 50, out[-3000:]
