@@ -114,13 +114,9 @@ int el_model_eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, fl
         for (size_t i = 0; i < n; i++) {
             float *cs = m->cs + i * HD;
             el_rope_cache(cs, (size_t)d->n_rot, m->q_pos[i], L->rope_base, L->rope_scale);
-            if (m->numerics == EL_NUMERICS_LLAMACPP) {
-                el_llx_rope_apply(m->q + i * QD, NH, HD, (size_t)d->n_rot, cs, d->rope_neox);
-                el_llx_rope_apply(m->k + i * KVD, NKV, HD, (size_t)d->n_rot, cs, d->rope_neox);
-            } else {
-                el_rope_apply(m->q + i * QD, NH, HD, (size_t)d->n_rot, cs, d->rope_neox);
-                el_rope_apply(m->k + i * KVD, NKV, HD, (size_t)d->n_rot, cs, d->rope_neox);
-            }
+            const int fused = m->numerics == EL_NUMERICS_LLAMACPP;
+            el_rope_apply(m->q + i * QD, NH, HD, (size_t)d->n_rot, cs, d->rope_neox, fused);
+            el_rope_apply(m->k + i * KVD, NKV, HD, (size_t)d->n_rot, cs, d->rope_neox, fused);
         }
         el_kv_store(m, c, m->k, m->v, n, pos0);
         el_attn_args a = {m->q, n, m->q_pos, NH, NKV, HD, m->kv_type, c->k, c->v, c->pos, (size_t)c->n_used,

@@ -54,36 +54,33 @@ static inline float reduce_dot_f16(const float acc[64]) {
 
 static inline float round_f16(float x) { return el_fp16_to_fp32(el_fp32_to_fp16(x)); }
 
-/* ---- activations: ggml's x86 quantize_row_q8_0 (127/amax, round half to even) ---- */
+/* ---- activations: ggml's x86 quantize_row_q8_0 / q8_1 (127/amax, round half to even) ---- */
 
-static void quantize_q8_0_x86(const float *x, block_q8_0 *y, size_t n) {
-    for (size_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
-        float amax = 0.0f;
-        for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
-        const float d = amax / 127.f;
-        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
-        y[i].d = el_fp32_to_fp16(d);
-        for (int j = 0; j < QK8_0; j++) {
-            const float v = nearbyintf(x[j] * id); /* the default rounding mode: half to even */
-            y[i].qs[j] = (int8_t)(v > 127.f ? 127 : v < -128.f ? -128 : (int)v);
-        }
+/* one 32-value block: levels into qs, d = amax / 127 returned (its fp16 goes into the block) */
+static float quantize_32_x86(const float *x, int8_t qs[32], int *sum) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    *sum = 0;
+    for (int j = 0; j < 32; j++) {
+        const float v = nearbyintf(x[j] * id); /* the default rounding mode: half to even */
+        qs[j] = (int8_t)(v > 127.f ? 127 : v < -128.f ? -128 : (int)v);
+        *sum += qs[j];
     }
+    return amax / 127.f;
 }
 
-/* ggml's x86 quantize_row_q8_1: as Q8_0, plus s = d * (sum of the quants) rounded to fp16 */
+static void quantize_q8_0_x86(const float *x, block_q8_0 *y, size_t n) {
+    int sum;
+    for (size_t i = 0; i < n / QK8_0; i++) y[i].d = el_fp32_to_fp16(quantize_32_x86(x + i * QK8_0, y[i].qs, &sum));
+}
+
+/* Q8_1 adds s = d * (sum of the levels), rounded to fp16 */
 static void quantize_q8_1_x86(const float *x, block_q8_1 *y, size_t n) {
-    for (size_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
-        float amax = 0.0f;
-        for (int j = 0; j < QK8_1; j++) amax = fmaxf(amax, fabsf(x[j]));
-        const float d = amax / 127.f;
-        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    for (size_t i = 0; i < n / QK8_1; i++) {
+        int sum;
+        const float d = quantize_32_x86(x + i * QK8_1, y[i].qs, &sum);
         y[i].d = el_fp32_to_fp16(d);
-        int sum = 0;
-        for (int j = 0; j < QK8_1; j++) {
-            const float v = nearbyintf(x[j] * id);
-            y[i].qs[j] = (int8_t)(v > 127.f ? 127 : v < -128.f ? -128 : (int)v);
-            sum += (int)v;
-        }
         y[i].s = el_fp32_to_fp16(d * (float)sum);
     }
 }
@@ -336,22 +333,6 @@ void el_llx_matmul(el_pool *pool, int wtype, const void *w, size_t rows, size_t 
                 x, y, act, el_kern()->llx_vec_dot[wtype]};
     el_pool_run(pool, llx_quantize, &t);
     el_pool_run(pool, llx_rows, &t);
-}
-
-/* ---- RoPE: ggml's rotate_pairs, x0*cos - x1*sin and x0*sin + x1*cos with the first product of
- * each fused into an FMA (GCC's contraction of that code under -march=native) ---- */
-
-void el_llx_rope_apply(float *x, size_t n_head, size_t head_dim, size_t n_rot, const float *cs, int neox) {
-    for (size_t h = 0; h < n_head; h++) {
-        float *v = x + h * head_dim;
-        for (size_t i = 0; i < n_rot / 2; i++) {
-            const float c = cs[2 * i], s = cs[2 * i + 1];
-            const size_t ia = neox ? i : 2 * i, ib = neox ? i + n_rot / 2 : 2 * i + 1;
-            const float x0 = v[ia], x1 = v[ib];
-            v[ia] = fmaf(x0, c, -(x1 * s));
-            v[ib] = fmaf(x0, s, x1 * c);
-        }
-    }
 }
 
 /* ---- attention ---- */

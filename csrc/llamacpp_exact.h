@@ -1,6 +1,7 @@
 /* llamacpp_exact.h - llama.cpp's CPU arithmetic, operation for operation (internal).
  * The forward pass routes its matmuls, RoPE and attention here when a model's numerics are set to
- * EL_NUMERICS_LLAMACPP; every other op of the pass already rounds as ggml does. */
+ * EL_NUMERICS_LLAMACPP (RoPE through el_rope_apply's fused form); every other op of the pass already
+ * rounds as ggml does. */
 #ifndef EL_LLAMACPP_EXACT_H
 #define EL_LLAMACPP_EXACT_H
 
@@ -26,9 +27,6 @@ void el_llx_matmul(el_pool *pool, int wtype, const void *w, size_t rows, size_t 
 
 /* g = silu(g) * u as ggml's fused SwiGLU computes it */
 void el_llx_swiglu(float *g, const float *u, size_t n);
-
-/* ggml's rope rotation (its compiler fuses one product of each pair into an FMA) */
-void el_llx_rope_apply(float *x, size_t n_head, size_t head_dim, size_t n_rot, const float *cs, int neox);
 
 /* Attention without flash attention, as ggml's graph runs it: q (times scale when scale_q) rounded
  * to fp16, KQ in fp16 rows, softmax with ggml's exp, probabilities rounded to fp16, V^T products.

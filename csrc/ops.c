@@ -42,15 +42,17 @@ void el_rope_cache(float *cs, size_t n_rot, int32_t pos, float freq_base, float 
     }
 }
 
-void el_rope_apply(float *x, size_t n_head, size_t head_dim, size_t n_rot, const float *cs, int neox) {
+/* fused: as llama.cpp computes it, whose compiler fuses the first product of each pair into an FMA
+ * (GCC's contraction of ggml's rotate_pairs under -march=native); else two rounded products */
+void el_rope_apply(float *x, size_t n_head, size_t head_dim, size_t n_rot, const float *cs, int neox, int fused) {
     for (size_t h = 0; h < n_head; h++) {
         float *v = x + h * head_dim;
         for (size_t i = 0; i < n_rot / 2; i++) {
             const float c = cs[2 * i], s = cs[2 * i + 1];
             const size_t a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
             const float x0 = v[a], x1 = v[b];
-            v[a] = x0 * c - x1 * s;
-            v[b] = x0 * s + x1 * c;
+            v[a] = fused ? fmaf(x0, c, -(x1 * s)) : x0 * c - x1 * s;
+            v[b] = fused ? fmaf(x0, s, x1 * c) : x0 * s + x1 * c;
         }
     }
 }
@@ -60,7 +62,7 @@ void el_rope(float *x, size_t n_head, size_t head_dim, size_t n_rot, int32_t pos
     if (n_rot > head_dim || n_rot % 2 || n_rot > EL_MAX_HEAD_DIM) return;
     float cs[EL_MAX_HEAD_DIM];
     el_rope_cache(cs, n_rot, pos, freq_base, freq_scale);
-    el_rope_apply(x, n_head, head_dim, n_rot, cs, neox);
+    el_rope_apply(x, n_head, head_dim, n_rot, cs, neox, 0);
 }
 
 void el_silu(float *x, size_t n) {
