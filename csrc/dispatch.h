@@ -54,6 +54,10 @@ typedef struct el_kernels {
      * 4 x 16) and one cell of KQV (lane[d] += v[d] p) */
     float (*llx_kq)(size_t hd, const float *q, const el_half *k, int tiny);
     void (*llx_pv)(size_t hd, float p, const el_half *v, float *lane);
+    /* integer dots of the len-value runs (16 or 32) of 256 levels, |q| <= 32 (K-quant batches) */
+    void (*llx_isums)(const int8_t *q, const int8_t *a, int len, int32_t *out);
+    /* Q8_0 blocks x up to LLX_NV activation rows, each output with llx_vec_dot[Q8_0]'s bits */
+    el_vec_dot_nv_fn llx_q8_0_nv;
 } el_kernels;
 
 /* The active table (initialised on first use, best ISA unless EDGELLAMA_ISA says otherwise). */

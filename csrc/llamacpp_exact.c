@@ -170,14 +170,15 @@ static void unpack_k_row(int wtype, const void *w, size_t nb, kblock *out) {
  * of 4 activation rows: decode) adds once per super-block; gemm (groups of 4) once per pair of
  * 32-value sub-blocks. */
 HOT static float dot_q4_K(const kblock *b, const block_q8_K *a, size_t nb, int gemm) {
+    const el_kernels *k = el_kern();
     float acc = 0.0f, accm = 0.0f;
     for (size_t i = 0; i < nb; i++) {
         const float d = b[i].d * a[i].d, dm = b[i].dmin * a[i].d;
+        int32_t dots[8];
+        k->llx_isums(b[i].q, a[i].qs, 32, dots);
         int isum = 0, imin = 0;
         for (int sb = 0; sb < 8; sb++) {
-            int s = 0;
-            for (int k = 32 * sb; k < 32 * sb + 32; k++) s += (int)b[i].q[k] * (int)a[i].qs[k];
-            isum += (int)b[i].sc[sb] * s;
+            isum += (int)b[i].sc[sb] * dots[sb];
             imin += (int)b[i].mn[sb] * ((int)a[i].bsums[2 * sb] + (int)a[i].bsums[2 * sb + 1]);
             if (gemm && sb % 2 == 1) {
                 acc = fmaf((float)isum, d, acc);
@@ -217,17 +218,31 @@ HOT static float dot_q6_K(const void *w, const block_q8_K *a, size_t nb) {
  * times the weight's d, times the activation's d, added to the output block by block (the add and
  * the last multiply fused by the compiler) */
 HOT static float dot_q6_K_tiled(const kblock *b, const block_q8_K *a, size_t nb) {
+    const el_kernels *k = el_kern();
     float out = 0.0f;
     for (size_t i = 0; i < nb; i++) {
+        /* sum((q + 32) a) - 32 bsum of a sub-block is exactly sum(q a) with the signed levels */
+        int32_t dots[16];
+        k->llx_isums(b[i].q, a[i].qs, 16, dots);
         int s1 = 0;
-        for (int sb = 0; sb < QK_K / 16; sb++) {
-            int raw = 0;
-            for (int k = 16 * sb; k < 16 * sb + 16; k++) raw += ((int)b[i].q[k] + 32) * (int)a[i].qs[k];
-            s1 += (int)b[i].sc[sb] * (raw - 32 * (int)a[i].bsums[sb]);
-        }
+        for (int sb = 0; sb < QK_K / 16; sb++) s1 += (int)b[i].sc[sb] * dots[sb];
         out = fmaf((float)s1 * b[i].d, a[i].d, out);
     }
     return out;
+}
+
+/* sub-block integer dots of 256 levels: out[s] = sum of q[k] a[k] over the s-th run of len (16 or 32) */
+static void ref_isums(const int8_t *q, const int8_t *a, int len, int32_t *out) {
+    for (int s = 0; s < QK_K / len; s++) {
+        int32_t sum = 0;
+        for (int k = s * len; k < (s + 1) * len; k++) sum += (int32_t)q[k] * (int32_t)a[k];
+        out[s] = sum;
+    }
+}
+
+/* a batch of Q8_0-format weight blocks against nv activation rows: vec_dot for each */
+static void ref_q8_0_nv(size_t n, const void *w, const void *a, size_t a_stride, size_t nv, float *out) {
+    for (size_t j = 0; j < nv; j++) out[j] = dot_q0(EL_TYPE_Q8_0, w, (const block_q8_0 *)((const char *)a + j * a_stride), n / QK8_0);
 }
 
 /* the per-row dots as el_vec_dot_fn (n values) for the dispatch table */
@@ -305,19 +320,28 @@ static void llx_rows(void *p, int ith, int nth) {
         }
         return;
     }
-    if (t->wtype == EL_TYPE_Q5_0 && t->n_vec > 1 && nb <= Q5_ROW_MAX) {
-        /* a batch: each Q5_0 row re-blocked once as Q8_0 (same levels, same d), whose dot runs the
-         * very same operations with less unpacking */
-        const el_vec_dot_fn dot8 = el_kern()->llx_vec_dot[EL_TYPE_Q8_0];
+    if ((t->wtype == EL_TYPE_Q5_0 || t->wtype == EL_TYPE_Q8_0) && t->n_vec > 1 && nb <= Q5_ROW_MAX) {
+        /* a batch: each weight row (Q5_0 re-blocked as Q8_0: same levels, same d, so the very same
+         * operations) against all the activation rows, the weights loaded once per block */
+        const el_vec_dot_nv_fn dot_nv = el_kern()->llx_q8_0_nv;
         block_q8_0 row[Q5_ROW_MAX];
+        float out[LLX_NV];
         for (size_t r = r0; r < r1; r++) {
-            for (size_t i = 0; i < nb; i++) {
-                block_q5_0 b;
-                memcpy(&b, (const char *)t->w + r * t->wrow + i * sizeof b, sizeof b);
-                el_unpack_q5_0(&b, row[i].qs);
-                row[i].d = b.d;
+            const void *wr = (const char *)t->w + r * t->wrow;
+            if (t->wtype == EL_TYPE_Q5_0) {
+                for (size_t i = 0; i < nb; i++) {
+                    block_q5_0 b;
+                    memcpy(&b, (const char *)wr + i * sizeof b, sizeof b);
+                    el_unpack_q5_0(&b, row[i].qs);
+                    row[i].d = b.d;
+                }
+                wr = row;
             }
-            for (size_t v = 0; v < t->n_vec; v++) t->y[v * t->ldy + r] = dot8(t->cols, row, (const char *)t->act + v * t->arow);
+            for (size_t v0 = 0; v0 < t->n_vec; v0 += LLX_NV) {
+                const size_t nv = t->n_vec - v0 < LLX_NV ? t->n_vec - v0 : LLX_NV;
+                dot_nv(t->cols, wr, (const char *)t->act + v0 * t->arow, t->arow, nv, out);
+                for (size_t j = 0; j < nv; j++) t->y[(v0 + j) * t->ldy + r] = out[j];
+            }
         }
         return;
     }
@@ -398,6 +422,8 @@ static void ref_pv(size_t hd, float p, const el_half *v, float *lane) {
 void el_llx_fill_scalar_attention(el_kernels *k) {
     k->llx_kq = ref_kq;
     k->llx_pv = ref_pv;
+    k->llx_isums = ref_isums;
+    k->llx_q8_0_nv = ref_q8_0_nv;
 }
 
 static void llx_attn_items(void *p, int ith, int nth) {

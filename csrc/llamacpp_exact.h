@@ -16,6 +16,9 @@
  * llx_vec_dot; SIMD files override them with bit-identical versions. */
 void el_llx_fill_scalar(el_vec_dot_fn table[EL_TYPE_COUNT]);
 
+/* activation rows per call of a dispatch table's llx_q8_0_nv */
+#define LLX_NV 8
+
 /* 1 if llama.cpp's order is implemented for this weight type and row length */
 int el_llx_type_supported(int wtype, size_t cols);
 /* bytes of the quantized activations of n_vec rows of cols floats for wtype */

@@ -151,7 +151,58 @@ EL_AVX2 static void llx_pv(size_t hd, float p, const el_half *v, float *lane) {
     for (; d < hd; d++) lane[d] = fmaf(h2f(v[d]), p, lane[d]);
 }
 
+/* nv activation rows (nv <= LLX_NV) against one row of Q8_0 blocks: the weight bytes, their absolute
+ * values and scale loaded once per block; each output's lanes, FMAs and sum exactly llx_q8_0's */
+EL_AVX2 static void llx_q8_0_nv(size_t n, const void *w, const void *a, size_t a_stride, size_t nv, float *out) {
+    const block_q8_0 *x = w;
+    __m256 acc[LLX_NV];
+    for (size_t j = 0; j < nv; j++) acc[j] = _mm256_setzero_ps();
+    for (size_t i = 0; i < n / QK8_0; i++) {
+        const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const __m256i ax = _mm256_sign_epi8(qx, qx);
+        const float dx = h2f(x[i].d);
+        for (size_t j = 0; j < nv; j++) {
+            const block_q8_0 *y = (const block_q8_0 *)((const char *)a + j * a_stride) + i;
+            const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx));
+            const __m256 q = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dx * h2f(y->d)), q, acc[j]);
+        }
+    }
+    for (size_t j = 0; j < nv; j++) out[j] = el_hsum_ps(acc[j]);
+}
+
+/* out[s] = integer dot of the s-th len-value run (16 or 32) of 256 levels, |q| <= 32 */
+EL_AVX2 static void llx_isums(const int8_t *q, const int8_t *a, int len, int32_t *out) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i p[8];
+    for (int i = 0; i < 8; i++) {
+        const __m256i qv = _mm256_loadu_si256((const __m256i *)(q + 32 * i));
+        const __m256i av = _mm256_loadu_si256((const __m256i *)(a + 32 * i));
+        p[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(qv, qv), _mm256_sign_epi8(av, qv)), ones);
+    }
+    /* two hadd levels: per 128-bit half, the 4-lane sums of p0..p3 (and of p4..p7) */
+    const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    if (len == 32) { /* a run is a whole register: add its two halves */
+        const __m256i lo = _mm256_permute2x128_si256(h0, h1, 0x20), hi = _mm256_permute2x128_si256(h0, h1, 0x31);
+        _mm256_storeu_si256((__m256i *)out, _mm256_add_epi32(lo, hi));
+        return;
+    }
+    /* len 16: run 2i is the low half of p[i], run 2i + 1 the high half */
+    int32_t t0[8], t1[8];
+    _mm256_storeu_si256((__m256i *)t0, h0);
+    _mm256_storeu_si256((__m256i *)t1, h1);
+    for (int i = 0; i < 4; i++) {
+        out[2 * i] = t0[i];
+        out[2 * i + 1] = t0[4 + i];
+        out[8 + 2 * i] = t1[i];
+        out[8 + 2 * i + 1] = t1[4 + i];
+    }
+}
+
 void el_kernels_fill_avx2_llamacpp(el_kernels *k) {
+    k->llx_q8_0_nv = llx_q8_0_nv;
+    k->llx_isums = llx_isums;
     k->llx_kq = llx_kq;
     k->llx_pv = llx_pv;
     k->llx_vec_dot[EL_TYPE_Q8_0] = llx_q8_0;
