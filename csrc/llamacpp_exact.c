@@ -7,8 +7,8 @@
  * fuses, its SIMD lanes as arrays, its horizontal sums as written by its intrinsics):
  *   ggml x86 build (AVX2 / AVX-512, llamafile sgemm, Q4_K repacked 8x8), flash attention off.
  * The lane structure is the one of ggml's kernels, not of this machine: the results are the same
- * on any CPU. Not the fast path (plain C, about 3x slower than the SIMD kernels); selected per
- * model by el_model_set_numerics(EL_NUMERICS_LLAMACPP). */
+ * on any CPU. The C here is the reference; the dispatch table's llx_* entries (arch/avx2_llamacpp.c)
+ * give its bits faster. Selected per model by el_model_set_numerics(EL_NUMERICS_LLAMACPP). */
 #include <math.h>
 #include <string.h>
 
