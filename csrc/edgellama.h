@@ -145,10 +145,14 @@ int el_model_plan(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int
 /* Numerics of a model's forward pass. NATIVE: the fastest kernels of this CPU. LLAMACPP: llama.cpp's
  * own order of every float operation (its x86 AVX2/AVX-512 build, flash attention off), so logits
  * equal llama.cpp's bit for bit; plain C, slower. LLAMACPP needs an F16 KV cache and weights of the
- * types it implements (Q5_0, Q8_0, Q4_K with rows % 8 == 0, Q6_K; F32 norms): EL_EUNSUPPORTED
- * otherwise. Its scratch is allocated here, once. Exact while no ring has wrapped and no shift ran. */
+ * types it implements (Q5_0, Q8_0, Q4_1, Q4_K with rows % 8 == 0, Q6_K; F32 norms): EL_EUNSUPPORTED
+ * otherwise. Its scratch (el_model_numerics_bytes, then counted in el_model_scratch_bytes) is
+ * allocated here, once. Exact while no ring has wrapped and no shift ran. */
 enum el_numerics { EL_NUMERICS_NATIVE = 0, EL_NUMERICS_LLAMACPP = 1 };
 int el_model_set_numerics(el_model *model, int numerics);
+/* Bytes el_model_set_numerics allocates for a model of this shape (0: native, or not possible). */
+size_t el_model_numerics_bytes(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int n_threads,
+                               int numerics);
 /* KV cache state (session save/restore): a blob of el_model_state_size bytes; load refuses a blob
  * from another model shape, cache type, context or batch size. */
 size_t el_model_state_size(const el_model *model);

@@ -224,6 +224,33 @@ static int llx_weights_ok(const el_model_desc *d) {
     return 1;
 }
 
+/* what EL_NUMERICS_LLAMACPP allocates: quantized activations for a batch, attention scratch per thread */
+static void llx_sizes(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, int n_threads, size_t *act,
+                      size_t *scratch_floats, size_t *cells) {
+    const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
+    *act = el_llx_act_bytes(out->type, (size_t)out->ne0, (size_t)n_batch);
+    for (int32_t il = 0; il < d->n_layer; il++) {
+        const el_layer *L = &d->layers[il];
+        const el_tensor *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++) {
+            const size_t b = el_llx_act_bytes(ws[i]->type, (size_t)ws[i]->ne0, (size_t)n_batch);
+            *act = b > *act ? b : *act;
+        }
+    }
+    *cells = ((size_t)n_ctx + 63) & ~(size_t)63;
+    *scratch_floats = el_llx_attn_scratch_floats(*cells, (size_t)d->head_dim, n_threads);
+}
+
+size_t el_model_numerics_bytes(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int n_threads,
+                               int numerics) {
+    if (!desc || numerics != EL_NUMERICS_LLAMACPP || n_ctx <= 0 || n_batch <= 0 || n_threads < 1 ||
+        desc_ok(desc) != EL_OK || !llx_weights_ok(desc))
+        return 0;
+    size_t act, floats, cells;
+    llx_sizes(desc, n_ctx, n_batch > n_ctx ? n_ctx : n_batch, n_threads, &act, &floats, &cells);
+    return act + floats * sizeof(float);
+}
+
 int el_model_set_numerics(el_model *m, int numerics) {
     if (!m) return EL_EINVAL;
     if (numerics == EL_NUMERICS_NATIVE) {
@@ -233,21 +260,10 @@ int el_model_set_numerics(el_model *m, int numerics) {
     if (numerics != EL_NUMERICS_LLAMACPP) return EL_EINVAL;
     if (m->kv_type != EL_TYPE_F16 || !llx_weights_ok(&m->d)) return EL_EUNSUPPORTED;
     if (!m->llx_act) {
-        const el_model_desc *d = &m->d;
-        const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
-        size_t act = el_llx_act_bytes(out->type, (size_t)out->ne0, (size_t)m->n_batch);
-        for (int32_t il = 0; il < d->n_layer; il++) {
-            const el_layer *L = &d->layers[il];
-            const el_tensor *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-            for (int i = 0; i < 7; i++) {
-                const size_t b = el_llx_act_bytes(ws[i]->type, (size_t)ws[i]->ne0, (size_t)m->n_batch);
-                act = b > act ? b : act;
-            }
-        }
-        m->llx_cells = ((size_t)m->n_ctx + 63) & ~(size_t)63;
+        size_t act, floats;
+        llx_sizes(&m->d, m->n_ctx, m->n_batch, el_pool_threads(m->pool), &act, &floats, &m->llx_cells);
         m->llx_act = malloc(act);
-        m->llx_scratch = malloc(sizeof(float) * el_llx_attn_scratch_floats(m->llx_cells, (size_t)d->head_dim,
-                                                                            el_pool_threads(m->pool)));
+        m->llx_scratch = malloc(floats * sizeof(float));
         if (!m->llx_act || !m->llx_scratch) {
             free(m->llx_act);
             free(m->llx_scratch);
@@ -255,6 +271,7 @@ int el_model_set_numerics(el_model *m, int numerics) {
             m->llx_scratch = NULL;
             return EL_ENOMEM;
         }
+        m->scratch_bytes += act + floats * sizeof(float);
     }
     m->numerics = numerics;
     return EL_OK;

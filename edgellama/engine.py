@@ -142,8 +142,20 @@ def _c_desc(desc: ModelDesc) -> tuple[Any, list[Any]]:
     return d, keep
 
 
-def plan_bytes(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_threads: int) -> tuple[int, int]:
-    """(KV cache bytes, scratch bytes) the engine would allocate: computed by the C code that allocates."""
+# el_numerics: the forward pass's float order
+NUMERICS = {"native": 0, "llamacpp": 1}
+
+
+def numerics_code(numerics: str) -> int:
+    if numerics not in NUMERICS:
+        raise ValueError(f"unknown numerics {numerics!r} (choose from {', '.join(NUMERICS)})")
+    return NUMERICS[numerics]
+
+
+def plan_bytes(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_threads: int,
+               numerics: str = "native") -> tuple[int, int]:
+    """(KV cache bytes, scratch bytes) the engine would allocate: computed by the C code that allocates
+    (scratch includes what the numerics mode adds)."""
     if kv_type not in KV_TYPES:
         raise ValueError(f"unknown KV cache type {kv_type!r} (choose from {', '.join(KV_TYPES)})")
     d, _keep = _c_desc(desc)
@@ -151,11 +163,11 @@ def plan_bytes(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_thread
     scratch = ffi.new("size_t *")
     check(lib.el_model_plan(d, int(n_ctx), int(min(n_batch, n_ctx)), KV_TYPES[kv_type], int(n_threads), kv, scratch),
           f"planning a context of {n_ctx}")
-    return int(kv[0]), int(scratch[0])
-
-
-# el_numerics: the forward pass's float order
-NUMERICS = {"native": 0, "llamacpp": 1}
+    extra = 0
+    if numerics != "native":
+        extra = int(lib.el_model_numerics_bytes(d, int(n_ctx), int(min(n_batch, n_ctx)), int(n_threads),
+                                                numerics_code(numerics)))
+    return int(kv[0]), int(scratch[0]) + extra
 
 
 class Engine:
@@ -184,9 +196,7 @@ class Engine:
 
     def set_numerics(self, numerics: str) -> None:
         """'native' (this CPU's fastest kernels) or 'llamacpp' (llama.cpp's float order, bit for bit)."""
-        if numerics not in NUMERICS:
-            raise ValueError(f"unknown numerics {numerics!r} (choose from {', '.join(NUMERICS)})")
-        status = lib.el_model_set_numerics(self._ptr, NUMERICS[numerics])
+        status = lib.el_model_set_numerics(self._ptr, numerics_code(numerics))
         if status == lib.EL_EUNSUPPORTED:
             raise ValueError(f"numerics {numerics!r} needs an f16 KV cache and weights of types Q5_0, Q8_0, Q4_1, "
                              f"Q4_K (rows a multiple of 8) or Q6_K; this model or cache has others")

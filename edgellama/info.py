@@ -60,6 +60,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument("-t", "--threads", type=int, default=0)
     g.add_argument("--cache-type", choices=("f16", "q8_0", "f32"), default="f16")
     g.add_argument("--mem-budget", metavar="SIZE", help="e.g. 300M, 1.5G")
+    g.add_argument("--numerics", choices=("native", "llamacpp"), default="native",
+                   help="llamacpp: the scratch of llama.cpp's float order too")
     p.set_defaults(func=run, handler=run)  # edgellama.cli dispatches on args.handler
     return p
 
@@ -302,9 +304,10 @@ def memory_plan(f: GGUFFile, args: argparse.Namespace) -> Any:
         train = hp.n_ctx_train or DEFAULT_CTX
         try:
             return choose_plan(desc, args.ctx_size or None, train if budget else min(train, DEFAULT_CTX),
-                               args.batch_size, args.cache_type, threads, budget)
+                               args.batch_size, args.cache_type, threads, budget, args.numerics)
         except BudgetError:
-            return make_plan(desc, args.ctx_size or 64, args.batch_size, args.cache_type, threads, budget)
+            return make_plan(desc, args.ctx_size or 64, args.batch_size, args.cache_type, threads, budget,
+                             args.numerics)
     except (ModelError, ValueError) as exc:
         raise _Fail(str(exc), EXIT_BAD_MODEL) from None
 

@@ -85,7 +85,7 @@ class LLM:
             train = self.hp.n_ctx_train or DEFAULT_CTX
             ctx_max = train if mem_budget is not None else min(train, DEFAULT_CTX)
             self.plan: MemoryPlan = choose_plan(self.desc, n_ctx if n_ctx and n_ctx > 0 else None, ctx_max,
-                                                n_batch, kv_type, threads, mem_budget)
+                                                n_batch, kv_type, threads, mem_budget, numerics)
             self.n_ctx = self.plan.n_ctx
             self.n_batch = self.plan.n_batch
             if n_keep < 0 or n_keep >= self.n_ctx:

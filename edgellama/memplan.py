@@ -95,9 +95,9 @@ def weights_bytes(desc: ModelDesc) -> int:
 
 
 def make_plan(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_threads: int,
-              budget: int | None = None) -> MemoryPlan:
+              budget: int | None = None, numerics: str = "native") -> MemoryPlan:
     n_batch = max(1, min(n_batch, n_ctx))
-    kv, scratch = plan_bytes(desc, n_ctx, n_batch, kv_type, n_threads)
+    kv, scratch = plan_bytes(desc, n_ctx, n_batch, kv_type, n_threads, numerics)
     return MemoryPlan(
         n_ctx=n_ctx, n_batch=n_batch, kv_type=kv_type, n_threads=n_threads, weights=weights_bytes(desc),
         kv_cache=kv, scratch=scratch, logits=desc.n_vocab * 4,
@@ -106,27 +106,27 @@ def make_plan(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_threads
 
 
 def choose_plan(desc: ModelDesc, n_ctx: int | None, n_ctx_max: int, n_batch: int, kv_type: str,
-                n_threads: int, budget: int | None) -> MemoryPlan:
+                n_threads: int, budget: int | None, numerics: str = "native") -> MemoryPlan:
     """The plan for n_ctx, or (n_ctx None) for the largest context up to n_ctx_max within budget.
     Raises BudgetError, with the plan in the message, when nothing fits."""
     if n_ctx is not None:
-        p = make_plan(desc, n_ctx, n_batch, kv_type, n_threads, budget)
+        p = make_plan(desc, n_ctx, n_batch, kv_type, n_threads, budget, numerics)
         if not p.fits:
             raise BudgetError(f"a context of {n_ctx} does not fit the memory budget:\n{p.table()}")
         return p
     hi = max(n_ctx_max, MIN_CTX)
-    p = make_plan(desc, hi, n_batch, kv_type, n_threads, budget)
+    p = make_plan(desc, hi, n_batch, kv_type, n_threads, budget, numerics)
     if p.fits:
         return p
-    lo_plan = make_plan(desc, MIN_CTX, n_batch, kv_type, n_threads, budget)
+    lo_plan = make_plan(desc, MIN_CTX, n_batch, kv_type, n_threads, budget, numerics)
     if not lo_plan.fits:
         raise BudgetError(f"the model does not fit the memory budget even with a context of {MIN_CTX}:\n"
                           f"{lo_plan.table()}")
     lo = MIN_CTX  # fits; hi does not: bisect on the context (memory grows with it)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if make_plan(desc, mid, n_batch, kv_type, n_threads, budget).fits:
+        if make_plan(desc, mid, n_batch, kv_type, n_threads, budget, numerics).fits:
             lo = mid
         else:
             hi = mid
-    return make_plan(desc, lo, n_batch, kv_type, n_threads, budget)
+    return make_plan(desc, lo, n_batch, kv_type, n_threads, budget, numerics)

@@ -133,6 +133,9 @@ def test_plan_equals_bytes_allocated(smollm2_path: Path, gemma_path: Path) -> No
             kv_b, scratch_b = plan_bytes(desc, n_ctx, n_batch, kv, 2)
             eng = Engine(desc, pool, n_ctx, n_batch, kv)
             assert (eng.kv_bytes, eng.scratch_bytes) == (kv_b, scratch_b)
+            if kv == "f16":  # llama.cpp numerics: its scratch is planned by the same C
+                eng.set_numerics("llamacpp")
+                assert eng.scratch_bytes == plan_bytes(desc, n_ctx, n_batch, kv, 2, "llamacpp")[1] > scratch_b
             eng.close()
 
 
