@@ -40,6 +40,7 @@
 #include "../attention.h"
 #include "../dispatch.h"
 #include "../edgellama.h"
+#include "../llamacpp_exact.h"
 #include "../ops.h"
 #include "../pool.h"
 #include "../quants.h"
@@ -1238,6 +1239,72 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* ------------------------------------------------------------------ llama.cpp's float order */
+
+/* el_llx_*: every ISA gives the scalar references' bits (the order is llama.cpp's, not the CPU's),
+ * for 1..4 threads; batches of 1..9 rows reach every path (vec_dot, Q4_K gemv / gemm, tiled Q6_K,
+ * Q0 batches); attention over a window in decode and prefill, with head sizes with and without tails. */
+static void test_llamacpp_order(rng_t *r) {
+    static const int types[] = {EL_TYPE_Q5_0, EL_TYPE_Q8_0, EL_TYPE_Q4_1, EL_TYPE_Q4_K, EL_TYPE_Q6_K};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const int wt = types[ti];
+        const size_t rows = 21, cols = el_type_block_size(wt) == QK_K ? 512 : 544;
+        check(el_llx_type_supported(wt, cols), "llx: %s unsupported", tname(wt));
+        const size_t rb = el_row_bytes(wt, cols);
+        uint8_t *w = xmalloc(rows * rb);
+        for (size_t i = 0; i < rows; i++) fill_row(r, wt, w + i * rb, cols);
+        for (size_t nv = 1; nv <= 9; nv += 2) {
+            float *x = xmalloc(nv * cols * sizeof(float)), *ys = xmalloc(nv * rows * sizeof(float));
+            float *y = xmalloc(nv * rows * sizeof(float));
+            rng_floats(r, x, nv * cols, 8.0f);
+            void *act = xmalloc(el_llx_act_bytes(wt, cols, nv));
+            for (int k = 0; k < g_n_isas; k++) {
+                use_isa(g_isas[k]);
+                for (int nt = 1; nt <= 4; nt += 3) {
+                    el_llx_matmul(pool_of(nt), wt, w, rows, cols, x, nv, y, rows, act);
+                    if (k == 0 && nt == 1) memcpy(ys, y, nv * rows * sizeof(float));
+                    else
+                        check(memcmp(ys, y, nv * rows * sizeof(float)) == 0, "llx matmul %s n_vec=%zu isa=%s threads=%d: not the scalar bits",
+                              tname(wt), nv, g_isas[k], nt);
+                }
+            }
+            size_t finite = 0;
+            for (size_t i = 0; i < nv * rows; i++) finite += isfinite(ys[i]) != 0;
+            check(finite == nv * rows, "llx matmul %s: non-finite outputs", tname(wt));
+            free(x), free(y), free(ys), free(act);
+        }
+        free(w);
+    }
+    static const size_t head_dims[] = {64, 80, 256};
+    for (size_t hi = 0; hi < 3; hi++)
+        for (size_t n_q = 1; n_q <= 5; n_q += 4) {
+            const size_t hd = head_dims[hi], nh = 4, nkv = 2, n_kv = 70, cells = 128;
+            float *q = xmalloc(n_q * nh * hd * sizeof(float)), *o = xmalloc(n_q * nh * hd * sizeof(float));
+            float *os = xmalloc(n_q * nh * hd * sizeof(float));
+            el_half *kc = xmalloc(n_kv * nkv * hd * sizeof(el_half)), *vc = xmalloc(n_kv * nkv * hd * sizeof(el_half));
+            int32_t *kv_pos = xmalloc(n_kv * sizeof(int32_t)), *q_pos = xmalloc(n_q * sizeof(int32_t));
+            rng_floats(r, q, n_q * nh * hd, 2.0f);
+            for (size_t i = 0; i < n_kv * nkv * hd; i++) kc[i] = rng_half(r, -6, 1), vc[i] = rng_half(r, -6, 1);
+            for (size_t j = 0; j < n_kv; j++) kv_pos[j] = (int32_t)j;
+            for (size_t t = 0; t < n_q; t++) q_pos[t] = (int32_t)(n_kv - n_q + t);
+            for (int k = 0; k < g_n_isas; k++) {
+                use_isa(g_isas[k]);
+                for (int nt = 1; nt <= 4; nt += 3) {
+                    float *scratch = xmalloc(el_llx_attn_scratch_floats(cells, hd, nt) * sizeof(float));
+                    el_attn_args a = {q, n_q, q_pos, nh, nkv, hd, EL_TYPE_F16, kc, vc, kv_pos, n_kv, 33, 0.125f, o, NULL};
+                    el_llx_attention(pool_of(nt), &a, (int)(hd == 256), cells, scratch);
+                    free(scratch);
+                    if (k == 0 && nt == 1) memcpy(os, o, n_q * nh * hd * sizeof(float));
+                    else
+                        check(memcmp(os, o, n_q * nh * hd * sizeof(float)) == 0, "llx attention hd=%zu n_q=%zu isa=%s threads=%d: not the scalar bits",
+                              hd, n_q, g_isas[k], nt);
+                }
+            }
+            free(q), free(o), free(os), free(kc), free(vc), free(kv_pos), free(q_pos);
+        }
+    use_isa(g_auto_isa);
+}
+
 int main(int argc, char **argv) {
     uint64_t seed = 20240607;
     const char *emit = NULL, *golden = NULL, *only = NULL;
@@ -1273,7 +1340,7 @@ int main(int argc, char **argv) {
                 {"quantize_act", test_quantize_act}, {"vec_dot", test_vec_dot},   {"float kernels", test_float_kernels},
                 {"dequant/quant", test_dequant_quant}, {"matmul", test_matmul},   {"ops", test_ops},
                 {"attention", test_attention}, {"vec_dot_nv", test_vec_dot_nv}, {"batch == single", test_matmul_batch},
-                {"pool", test_pool},
+                {"pool", test_pool}, {"llama.cpp order", test_llamacpp_order},
             };
             for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
                 const int f0 = g_fail, p0 = g_pass;
