@@ -144,7 +144,8 @@ int el_model_plan(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int
                   size_t *kv_bytes, size_t *scratch_bytes);
 /* Numerics of a model's forward pass. NATIVE: the fastest kernels of this CPU. LLAMACPP: llama.cpp's
  * own order of every float operation (its x86 AVX2/AVX-512 build, flash attention off), so logits
- * equal llama.cpp's bit for bit; plain C, slower. LLAMACPP needs an F16 KV cache and weights of the
+ * equal llama.cpp's bit for bit on any CPU (portable C, with SIMD versions of the same bits), at
+ * some cost in speed. LLAMACPP needs an F16 KV cache and weights of the
  * types it implements (Q5_0, Q8_0, Q4_1, Q4_K with rows % 8 == 0, Q6_K; F32 norms): EL_EUNSUPPORTED
  * otherwise. Its scratch (el_model_numerics_bytes, then counted in el_model_scratch_bytes) is
  * allocated here, once. Exact while no ring has wrapped and no shift ran. */

@@ -5,9 +5,9 @@
 #include <string.h>
 
 #include "attention.h"
-#include "llamacpp_exact.h"
 #include "dispatch.h"
 #include "edgellama.h"
+#include "llamacpp_exact.h"
 #include "matmul.h"
 #include "model.h"
 #include "ops.h"

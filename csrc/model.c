@@ -64,14 +64,20 @@ int32_t el_kv_layer_slots(int32_t window, int32_t n_ctx, int32_t n_batch) {
     return n_ctx;
 }
 
+/* the weights a layer multiplies by, in the order the pass uses them */
+static void layer_matmuls(const el_layer *L, const el_tensor *ws[7]) {
+    ws[0] = &L->wq, ws[1] = &L->wk, ws[2] = &L->wv, ws[3] = &L->wo;
+    ws[4] = &L->w_gate, ws[5] = &L->w_up, ws[6] = &L->w_down;
+}
+
 static size_t max_act(const el_model_desc *d, int kind, size_t n_batch) {
     /* the largest activation block any matmul of this kind consumes */
     size_t best = 0;
     const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
     if (el_act_kind(out->type) == kind) best = el_act_bytes(out->type, (size_t)out->ne0, n_batch);
     for (int32_t il = 0; il < d->n_layer; il++) {
-        const el_layer *L = &d->layers[il];
-        const el_tensor *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        const el_tensor *ws[7];
+        layer_matmuls(&d->layers[il], ws);
         for (int i = 0; i < 7; i++)
             if (el_act_kind(ws[i]->type) == kind) {
                 size_t b = el_act_bytes(ws[i]->type, (size_t)ws[i]->ne0, n_batch);
@@ -215,8 +221,8 @@ static int llx_weights_ok(const el_model_desc *d) {
     const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
     if (!el_llx_type_supported(out->type, (size_t)out->ne0)) return 0;
     for (int32_t il = 0; il < d->n_layer; il++) {
-        const el_layer *L = &d->layers[il];
-        const el_tensor *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        const el_tensor *ws[7];
+        layer_matmuls(&d->layers[il], ws);
         for (int i = 0; i < 7; i++)
             if (!el_llx_type_supported(ws[i]->type, (size_t)ws[i]->ne0) || (ws[i]->type == EL_TYPE_Q4_K && ws[i]->ne1 % 8))
                 return 0;
@@ -230,8 +236,8 @@ static void llx_sizes(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, in
     const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
     *act = el_llx_act_bytes(out->type, (size_t)out->ne0, (size_t)n_batch);
     for (int32_t il = 0; il < d->n_layer; il++) {
-        const el_layer *L = &d->layers[il];
-        const el_tensor *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        const el_tensor *ws[7];
+        layer_matmuls(&d->layers[il], ws);
         for (int i = 0; i < 7; i++) {
             const size_t b = el_llx_act_bytes(ws[i]->type, (size_t)ws[i]->ne0, (size_t)n_batch);
             *act = b > *act ? b : *act;
