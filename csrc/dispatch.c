@@ -83,7 +83,10 @@ static void fill(el_kernels *k, const char *name) {
         el_kernels_fill_avx2_attention(k);
         el_kernels_fill_avx2_llamacpp(k);
     }
-    if (strcmp(name, "avx512") == 0) el_kernels_fill_avx512(k);
+    if (strcmp(name, "avx512") == 0) {
+        el_kernels_fill_avx512(k);
+        el_kernels_fill_avx512_llamacpp(k);
+    }
 #endif
 #if defined(__aarch64__)
     if (strcmp(name, "neon") == 0 || strcmp(name, "neon-dotprod") == 0) {

@@ -71,6 +71,7 @@ void el_kernels_fill_neon(el_kernels *k, int dotprod);  /* aarch64 builds only *
 void el_kernels_fill_avx2_attention(el_kernels *k);     /* arch/avx2_attention.c */
 void el_kernels_fill_neon_attention(el_kernels *k);     /* arch/neon_attention.c */
 void el_kernels_fill_avx2_llamacpp(el_kernels *k);      /* arch/avx2_llamacpp.c */
+void el_kernels_fill_avx512_llamacpp(el_kernels *k);    /* arch/avx512_llamacpp.c */
 void el_llx_fill_scalar_attention(el_kernels *k);       /* llamacpp_exact.c */
 
 /* scalar float helpers, also the references for the SIMD versions */
