@@ -169,13 +169,14 @@ static void unpack_k_row(int wtype, const void *w, size_t nb, kblock *out) {
  * FMA'd into its own accumulator, the two subtracted at the end. gemv (rows left over from groups
  * of 4 activation rows: decode) adds once per super-block; gemm (groups of 4) once per pair of
  * 32-value sub-blocks. */
-HOT static float dot_q4_K(const kblock *b, const block_q8_K *a, size_t nb, int gemm) {
-    const el_kernels *k = el_kern();
+typedef void (*isums_fn)(const int8_t *q, const int8_t *a, int len, int32_t *out);
+
+HOT static float dot_q4_K(const kblock *b, const block_q8_K *a, size_t nb, int gemm, isums_fn isums) {
     float acc = 0.0f, accm = 0.0f;
     for (size_t i = 0; i < nb; i++) {
         const float d = b[i].d * a[i].d, dm = b[i].dmin * a[i].d;
         int32_t dots[8];
-        k->llx_isums(b[i].q, a[i].qs, 32, dots);
+        isums(b[i].q, a[i].qs, 32, dots);
         int isum = 0, imin = 0;
         for (int sb = 0; sb < 8; sb++) {
             isum += (int)b[i].sc[sb] * dots[sb];
@@ -217,13 +218,12 @@ HOT static float dot_q6_K(const void *w, const block_q8_K *a, size_t nb) {
  * 256-value block an exact integer sum of scale x (dot - 32 bsum) over the 16-value sub-blocks,
  * times the weight's d, times the activation's d, added to the output block by block (the add and
  * the last multiply fused by the compiler) */
-HOT static float dot_q6_K_tiled(const kblock *b, const block_q8_K *a, size_t nb) {
-    const el_kernels *k = el_kern();
+HOT static float dot_q6_K_tiled(const kblock *b, const block_q8_K *a, size_t nb, isums_fn isums) {
     float out = 0.0f;
     for (size_t i = 0; i < nb; i++) {
         /* sum((q + 32) a) - 32 bsum of a sub-block is exactly sum(q a) with the signed levels */
         int32_t dots[16];
-        k->llx_isums(b[i].q, a[i].qs, 16, dots);
+        isums(b[i].q, a[i].qs, 16, dots);
         int s1 = 0;
         for (int sb = 0; sb < QK_K / 16; sb++) s1 += (int)b[i].sc[sb] * dots[sb];
         out = fmaf((float)s1 * b[i].d, a[i].d, out);
@@ -311,11 +311,12 @@ static void llx_rows(void *p, int ith, int nth) {
     const int q6_tiled = t->wtype == EL_TYPE_Q6_K && t->n_vec >= 8;
     if (t->wtype == EL_TYPE_Q4_K || q6_tiled) {
         kblock ub[KROW_MAX]; /* el_llx_type_supported: K-quant rows have at most KROW_MAX super-blocks */
+        const isums_fn isums = el_kern()->llx_isums;
         for (size_t r = r0; r < r1; r++) {
             unpack_k_row(t->wtype, (const char *)t->w + r * t->wrow, nb, ub);
             for (size_t v = 0; v < t->n_vec; v++) {
                 const block_q8_K *a = (const block_q8_K *)((const char *)t->act + v * t->arow);
-                t->y[v * t->ldy + r] = q6_tiled ? dot_q6_K_tiled(ub, a, nb) : dot_q4_K(ub, a, nb, v < n_gemm);
+                t->y[v * t->ldy + r] = q6_tiled ? dot_q6_K_tiled(ub, a, nb, isums) : dot_q4_K(ub, a, nb, v < n_gemm, isums);
             }
         }
         return;
