@@ -87,6 +87,16 @@ static void quantize_q8_1_x86(const float *x, block_q8_1 *y, size_t n) {
 
 /* ---- dot products, one weight row with one activation row ---- */
 
+/* one 32-value block into the 8 lanes of ggml's AVX2 kernels: lane l gets d times the exact integer
+ * dot of values 4l..4l+3, in one FMA */
+static inline void lanes8_fma(float acc[8], float d, const int8_t q[32], const int8_t a[32]) {
+    for (int l = 0; l < 8; l++) {
+        int s = 0;
+        for (int k = 4 * l; k < 4 * l + 4; k++) s += (int)q[k] * (int)a[k];
+        acc[l] = fmaf(d, (float)s, acc[l]);
+    }
+}
+
 /* Q5_0 / Q8_0 x Q8_0: vec_dot (decode) and tinyBLAS_Q0_AVX (prefill) do the same per output:
  * 8 lanes of 4-byte integer dots, one FMA per block with d = dx * dy, hsum_float_8 */
 HOT static float dot_q0(int wtype, const void *w, const block_q8_0 *a, size_t nb) {
@@ -106,11 +116,7 @@ HOT static float dot_q0(int wtype, const void *w, const block_q8_0 *a, size_t nb
             dx = el_fp16_to_fp32(b.d);
         }
         const float d = dx * el_fp16_to_fp32(a[ib].d);
-        for (int l = 0; l < 8; l++) {
-            int s = 0;
-            for (int k = 4 * l; k < 4 * l + 4; k++) s += (int)q[k] * (int)a[ib].qs[k];
-            acc[l] = fmaf(d, (float)s, acc[l]);
-        }
+        lanes8_fma(acc, d, q, a[ib].qs);
     }
     return hsum8(acc);
 }
@@ -126,11 +132,7 @@ HOT static float dot_q4_1(const void *w, const block_q8_1 *a, size_t nb) {
         el_unpack_q4_1(&b, q);
         summs = fmaf(el_fp16_to_fp32(b.m), el_fp16_to_fp32(a[ib].s), summs);
         const float d = el_fp16_to_fp32(b.d) * el_fp16_to_fp32(a[ib].d);
-        for (int l = 0; l < 8; l++) {
-            int s = 0;
-            for (int k = 4 * l; k < 4 * l + 4; k++) s += (int)q[k] * (int)a[ib].qs[k];
-            acc[l] = fmaf(d, (float)s, acc[l]);
-        }
+        lanes8_fma(acc, d, q, a[ib].qs);
     }
     return hsum8(acc) + summs;
 }
@@ -293,9 +295,9 @@ static void llx_quantize(void *p, int ith, int nth) {
     const llx_mm *t = p;
     size_t v0, v1;
     el_split(t->n_vec, ith, nth, &v0, &v1);
+    const int at = act_type(t->wtype);
     for (size_t v = v0; v < v1; v++) {
         void *dst = (char *)t->act + v * t->arow;
-        const int at = act_type(t->wtype);
         if (at == EL_TYPE_Q8_0) quantize_q8_0_x86(t->x + v * t->cols, dst, t->cols);
         else if (at == EL_TYPE_Q8_1) quantize_q8_1_x86(t->x + v * t->cols, dst, t->cols);
         else el_get_type_traits(EL_TYPE_Q8_K)->from_float(t->x + v * t->cols, dst, t->cols);
