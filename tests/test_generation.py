@@ -11,11 +11,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, load_reference, reference_dir
+from conftest import (
+    REFERENCE_DIRS,
+    REFERENCE_MODELS,
+    ROOT,
+    load_reference,
+    open_reference_model,
+    reference_dir,
+    reference_pairs,
+)
 
 from edgellama.llm import LLM
 
-MODELS = {"gemma": "", "smollm2": "smollm2-135m", "qwen": "qwen2.5-coder-0.5b"}
 # Quantized 8-bit activations make the forward pass piecewise constant: a 1e-7 relative change of the
 # input moves logits by up to ~1 here, in llama.cpp as in edgellama. So the engines are held to
 # llama.cpp's numbers within that noise, and where a greedy step picks another token the two
@@ -23,21 +30,16 @@ MODELS = {"gemma": "", "smollm2": "smollm2-135m", "qwen": "qwen2.5-coder-0.5b"}
 NEAR_TIE = 0.3
 
 
-def _path(request: pytest.FixtureRequest, name: str) -> Path:
-    return request.getfixturevalue(f"{name}_path")
-
-
-# Qwen2.5-Coder 0.5B (qwen2: QKV bias, NeoX RoPE, untied output) is 491 MB: the slow set
-@pytest.fixture(scope="module", params=["gemma", "smollm2", pytest.param("qwen", marks=pytest.mark.slow)])
+@pytest.fixture(scope="module", params=REFERENCE_MODELS)
 def model(request: pytest.FixtureRequest) -> tuple[str, LLM]:
-    llm = LLM(_path(request, request.param), n_ctx=512, n_threads=2)
+    llm = open_reference_model(request)
     yield request.param, llm
     llm.close()
 
 
 def test_prompt_logits_match_llamacpp_within_the_quantization_noise(model: tuple[str, LLM]) -> None:
     name, llm = model
-    for ref_tok, ref_log in zip(load_reference("tokens.json", MODELS[name]), load_reference("logits.json", MODELS[name])):
+    for ref_tok, ref_log in reference_pairs(name, "logits.json"):
         llm.reset()
         logits = llm.eval(ref_tok["ids"]).copy()
         ids, want = ref_log["top10_ids"], np.array(ref_log["top10_logits"])
@@ -56,7 +58,7 @@ def test_greedy_continuations_follow_llamacpp(model: tuple[str, LLM]) -> None:
     name, llm = model
     report = []
     steps = 0
-    for ref_tok, ref_greedy in zip(load_reference("tokens.json", MODELS[name]), load_reference("greedy.json", MODELS[name])):
+    for ref_tok, ref_greedy in reference_pairs(name, "greedy.json"):
         prompt, cont = ref_tok["ids"], ref_greedy["ids"]
         llm.reset()
         logits = llm.eval(prompt + cont, all_logits=True)[len(prompt) - 1:]
@@ -77,7 +79,7 @@ def _perplexity(llm: LLM, name: str) -> float:
     text = (reference_dir() / "ppl-text.txt").read_text()
     toks = llm.tokenizer.encode(text, add_special=False)
     ppl, _err, n, _ = perplexity(llm, toks, 512, llm.tokenizer.bos_id if llm.tokenizer.bos_id is not None else 1)
-    want = load_reference("perplexity.json", MODELS[name])
+    want = load_reference("perplexity.json", REFERENCE_DIRS[name])
     assert n == want["scored_tokens"]
     return ppl
 
@@ -86,7 +88,7 @@ def _perplexity(llm: LLM, name: str) -> float:
 def test_perplexity_within_one_percent_of_llamacpp(model: tuple[str, LLM]) -> None:
     name, llm = model
     ppl = _perplexity(llm, name)
-    want = load_reference("perplexity.json", MODELS[name])["ppl"]
+    want = load_reference("perplexity.json", REFERENCE_DIRS[name])["ppl"]
     print(f"{name}: perplexity {ppl:.4f}, llama.cpp {want:.4f}, ratio {ppl / want:.4f}")
     assert abs(ppl / want - 1.0) < 0.01
 

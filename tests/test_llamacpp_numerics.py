@@ -14,7 +14,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ROOT, load_reference, reference_dir
+from conftest import (
+    REFERENCE_DIRS,
+    REFERENCE_MODELS,
+    ROOT,
+    load_reference,
+    open_reference_model,
+    reference_dir,
+    reference_pairs,
+)
 
 from edgellama import kernels
 from edgellama.engine import Engine, Pool
@@ -22,21 +30,20 @@ from edgellama.ggml_types import GGMLType as T
 from edgellama.ggml_types import row_bytes
 from edgellama.llm import LLM
 
-MODELS = {"gemma": "", "smollm2": "smollm2-135m", "qwen": "qwen2.5-coder-0.5b"}
 # token that replaced each 512-token chunk's first token in llama.cpp's perplexity reference
 PPL_BOS = {"gemma": 2, "smollm2": 1, "qwen": 151643}
 
 
-@pytest.fixture(scope="module", params=["gemma", "smollm2", pytest.param("qwen", marks=pytest.mark.slow)])
+@pytest.fixture(scope="module", params=REFERENCE_MODELS)
 def exact(request: pytest.FixtureRequest) -> Iterator[tuple[str, LLM]]:
-    llm = LLM(request.getfixturevalue(f"{request.param}_path"), n_ctx=512, n_threads=2, numerics="llamacpp")
+    llm = open_reference_model(request, numerics="llamacpp")
     yield request.param, llm
     llm.close()
 
 
 def test_prompt_logits_equal_llamacpp_to_the_bit(exact: tuple[str, LLM]) -> None:
     name, llm = exact
-    for ref_tok, ref_log in zip(load_reference("tokens.json", MODELS[name]), load_reference("logits.json", MODELS[name])):
+    for ref_tok, ref_log in reference_pairs(name, "logits.json"):
         llm.reset()
         logits = llm.eval(ref_tok["ids"]).copy()
         ids = ref_log["top10_ids"]
@@ -48,7 +55,7 @@ def test_prompt_logits_equal_llamacpp_to_the_bit(exact: tuple[str, LLM]) -> None
 def test_greedy_continuations_equal_llamacpp_token_for_token(exact: tuple[str, LLM]) -> None:
     """Free-running, one token per forward pass as llama.cpp made them: all 32 tokens of every prompt."""
     name, llm = exact
-    for ref_tok, ref_greedy in zip(load_reference("tokens.json", MODELS[name]), load_reference("greedy.json", MODELS[name])):
+    for ref_tok, ref_greedy in reference_pairs(name, "greedy.json"):
         llm.reset()
         logits = llm.eval(ref_tok["ids"])
         got = []
@@ -65,7 +72,7 @@ def test_perplexity_equals_llamacpp(exact: tuple[str, LLM]) -> None:
     name, llm = exact
     text = (reference_dir() / "ppl-text.txt").read_text()
     ppl, _err, n, _ = perplexity(llm, llm.tokenizer.encode(text, add_special=False), 512, PPL_BOS[name])
-    want = load_reference("perplexity.json", MODELS[name])
+    want = load_reference("perplexity.json", REFERENCE_DIRS[name])
     print(f"{name}: perplexity {ppl:.6f}, llama.cpp {want['ppl']:.6f}")
     assert n == want["scored_tokens"]
     assert abs(ppl - want["ppl"]) < 1e-4 * want["ppl"]  # the reference keeps llama.cpp's printed digits
@@ -133,14 +140,6 @@ def internal() -> Any:
     ffi = cffi.FFI()
     ffi.cdef(INTERNAL_CDEF)
     return ffi, ffi.dlopen(ext.__file__)
-
-
-@pytest.fixture(params=["avx2", "avx512", "neon", "neon-dotprod"])
-def simd_isa(request: pytest.FixtureRequest) -> Iterator[str]:
-    if not kernels.isa_available(request.param):
-        pytest.skip(f"ISA {request.param} not available on this CPU/build")
-    yield request.param
-    kernels.set_isa(None)
 
 
 def _random_blocks(wtype: int, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -39,19 +38,6 @@ HALF_FIELDS: dict[int, list[int]] = {
 QUANT_BYTES: dict[int, list[tuple[int, int]]] = {
     T.Q4_1: [(4, 20)], T.Q5_1: [(4, 24)], T.Q2_K: [(16, 80)], T.Q4_K: [(16, 144)], T.Q5_K: [(16, 176)],
 }
-
-SIMD_ISAS = ["avx2", "avx512", "neon", "neon-dotprod"]
-
-
-@pytest.fixture(params=SIMD_ISAS)
-def simd_isa(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Each SIMD ISA this CPU/build has; the best ISA is restored whatever the test does."""
-    name: str = request.param
-    if not kernels.isa_available(name):
-        pytest.skip(f"ISA {name} not available on this CPU/build")
-    yield name
-    kernels.set_isa(None)
-
 
 # ---- internal entry points (not in edgellama.h): the dispatch table and the activation quantizer ----
 # They are exported from the extension module, so an ABI-mode handle on the same loaded .so sees the
