@@ -25,10 +25,10 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from edgellama import kernels
-from edgellama._native import ffi, lib
-from edgellama.engine import Pool
-from edgellama.ggml_types import TYPE_SIZES, GGMLType
+from edgellama.gguf.ggml_types import TYPE_SIZES, GGMLType
+from edgellama.native import kernels
+from edgellama.native.engine import Pool
+from edgellama.native.lib import ffi, lib
 
 # The real model's matrix shapes as (rows, cols): 640x2048 is the FFN up/gate projection (2048 rows of
 # 640), 2048x640 the FFN down projection, 640x262144 the tied output matrix (the biggest per token).

@@ -86,7 +86,7 @@ class EdgeEngine:
         return self.llm.tokenizer.decode(ids)
 
     def info(self) -> dict[str, Any]:
-        from edgellama.kernels import cpu_features, isa
+        from edgellama.native.kernels import cpu_features, isa
 
         return {"isa": isa(), "cpu_features": cpu_features(), "n_vocab": self.n_vocab,
                 "n_ctx": self.llm.n_ctx, "n_batch": self.llm.n_batch, "numerics": self.llm.engine.numerics}

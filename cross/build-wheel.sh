@@ -13,15 +13,16 @@ ARM_ROOT=$("$root/cross/make-root.sh" | tail -n 1)
 PY="qemu-aarch64 -L $ARM_ROOT $ARM_ROOT/usr/bin/python3.11"
 stage=$root/build/wheel-aarch64
 rm -rf "$stage"
-mkdir -p "$stage/pkg/edgellama" "$outdir"
+mkdir -p "$stage/pkg/edgellama/native" "$outdir"
 
 # 1. The extension's C source, emitted by the *target's* cffi (1.15 in bookworm) running under qemu,
 #    so the generated code matches the _cffi_backend it will load, whatever cffi the host has.
 #    (make_c_source is what emit_c_code calls, minus a distutils Extension Debian ships separately.)
 (cd "$root" && $PY -c "
-import sys
-sys.path.insert(0, 'edgellama')
-import _build
+import importlib.util
+spec = importlib.util.spec_from_file_location('el_build', 'edgellama/native/build.py')
+_build = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(_build)
 from cffi import recompiler
 module_name, preamble = _build.ffibuilder._assigned_source[:2]
 recompiler.make_c_source(_build.ffibuilder, module_name, preamble, '$stage/_edgellama_c.c')
@@ -31,9 +32,10 @@ t1=$(date +%s)
 # 2. Compile and link it with the library sources, as setuptools would, for the target.
 suffix=$($PY -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 cflags=$(cd "$root" && $PY -c "
-import sys
-sys.path.insert(0, 'edgellama')
-import _build
+import importlib.util
+spec = importlib.util.spec_from_file_location('el_build', 'edgellama/native/build.py')
+_build = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(_build)
 print(' '.join(_build.CFLAGS))
 ")
 # Debian's pyconfig.h includes <aarch64-linux-gnu/python3.11/pyconfig.h>: the root's /usr/include
@@ -42,7 +44,7 @@ print(' '.join(_build.CFLAGS))
 $CC $cflags -march=armv8-a -fPIC -shared \
     -I"$ARM_ROOT/usr/include/python3.11" -idirafter "$ARM_ROOT/usr/include" -I"$root/csrc" \
     "$stage/_edgellama_c.c" "$root"/csrc/*.c "$root"/csrc/arch/*.c -lm -pthread \
-    -o "$stage/pkg/edgellama/_edgellama_c$suffix"
+    -o "$stage/pkg/edgellama/native/_edgellama_c$suffix"
 t2=$(date +%s)
 
 # 3. The wheel: the package's Python files, the extension, a dist-info with RECORD hashes.
@@ -53,9 +55,11 @@ from pathlib import Path
 root, pkg, outdir = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 meta = tomllib.loads((root / "pyproject.toml").read_text())["project"]
 name, version = meta["name"], meta["version"]
-for sub in ["edgellama", "edgellama/service"]:
+# every package folder (one with an __init__.py) under edgellama/, as setuptools' find would
+for init in sorted((root / "edgellama").rglob("__init__.py")):
+    sub = init.parent.relative_to(root)
     (pkg / sub).mkdir(parents=True, exist_ok=True)
-    for py in sorted((root / sub).glob("*.py")):
+    for py in sorted(init.parent.glob("*.py")):
         shutil.copy(py, pkg / sub / py.name)
 tag = "cp311-cp311-linux_aarch64"
 di = pkg / f"{name}-{version}.dist-info"
@@ -95,7 +99,7 @@ for cpu_isa in cortex-a72:neon cortex-a76:neon-dotprod; do
     (cd "$smoke" && PYTHONPATH=$smoke qemu-aarch64 -L "$ARM_ROOT" -cpu "$cpu" "$ARM_ROOT/usr/bin/python3.11" -c "
 import numpy as np
 import edgellama
-from edgellama import kernels
+from edgellama.native import kernels
 assert kernels.isa() == '$want', kernels.isa()
 # one Q8_0 block by hand: d = 0.5 (fp16 0x3800), quants -16..15 -> values q / 2
 raw = np.concatenate([np.frombuffer(np.float16(0.5).tobytes(), np.uint8), np.arange(-16, 16, dtype=np.int8).view(np.uint8)])
@@ -105,7 +109,13 @@ assert np.array_equal(got, np.arange(-16, 16, dtype=np.float32) / 2), got
 x = np.sin(np.arange(512, dtype=np.float32) / 7)
 y = edgellama.dequantize(edgellama.quantize(x, 12), 12, 512)
 assert float(np.max(np.abs(x - y))) < 0.1
-assert edgellama.kernels.__file__.startswith('$smoke'), edgellama.kernels.__file__
+assert kernels.__file__.startswith('$smoke'), kernels.__file__
+# every module the wheel carries imports (the command's __main__ entry points excepted)
+import importlib, pkgutil
+mods = sorted(m.name for m in pkgutil.walk_packages(edgellama.__path__, 'edgellama.') if not m.name.endswith('__main__'))
+for name in mods:
+    assert importlib.import_module(name).__file__.startswith('$smoke'), name
+print('smoke modules:', ' '.join(mods))
 print('smoke ok: -cpu $cpu isa', kernels.isa(), 'features', kernels.cpu_features())
 ")
 done

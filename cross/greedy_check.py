@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--numerics", choices=("native", "llamacpp"), default="native")
     args = ap.parse_args(argv)
 
-    from edgellama import kernels
+    from edgellama.native import kernels
     from edgellama.llm import LLM
 
     # a marker is a syscall no other code here makes; without the plugin it is a cheap no-op

@@ -12,7 +12,7 @@ def __getattr__(name: str) -> Any:
     # The kernels load the C extension: import them on first use so pure-Python parts
     # (GGUF reader, tokenizer) work and start fast without touching it.
     if name in ("dequantize", "quantize"):
-        from edgellama import kernels
+        from edgellama.native import kernels
 
         return getattr(kernels, name)
     raise AttributeError(f"module 'edgellama' has no attribute {name!r}")

@@ -15,14 +15,14 @@ import numpy as np
 import numpy.typing as npt
 
 from edgellama import session
-from edgellama._native import KernelError
-from edgellama.chat import chat_format_for
-from edgellama.engine import Engine, Pool
-from edgellama.gguf import GGUFFile
+from edgellama.gguf.reader import GGUFFile
 from edgellama.memplan import MemoryPlan, choose_plan
-from edgellama.model import build_desc
+from edgellama.native.engine import Engine, Pool
+from edgellama.native.lib import KernelError
 from edgellama.sampling import Sampler
-from edgellama.tokenizer import StreamDecoder, tokenizer_from_metadata
+from edgellama.tokenizers.chat import chat_format_for
+from edgellama.tokenizers.tokenizer import StreamDecoder, tokenizer_from_metadata
+from edgellama.wiring import build_desc
 
 DEFAULT_CTX = 4096
 

@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from edgellama.engine import LAYER_TENSORS, ModelDesc, plan_bytes
+from edgellama.native.desc import LAYER_TENSORS, ModelDesc
+from edgellama.native.engine import plan_bytes
 
 # Interpreter + numpy + cffi + the C library, measured at about 29 MiB; the vocabulary (metadata
 # strings and tokenizer tables) at about 250 bytes per token (Gemma 3: 262144 tokens, ~64 MiB).

@@ -53,7 +53,7 @@ def open_reference_model(request: pytest.FixtureRequest, **kwargs: Any) -> Any:
 @pytest.fixture(params=SIMD_ISAS)
 def simd_isa(request: pytest.FixtureRequest) -> Iterator[str]:
     """Each SIMD ISA this CPU/build has; the best ISA is restored whatever the test does."""
-    from edgellama import kernels
+    from edgellama.native import kernels
 
     name: str = request.param
     if not kernels.isa_available(name):

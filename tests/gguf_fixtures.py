@@ -14,10 +14,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from edgellama.ggml_types import GGMLType, row_bytes
-from edgellama.gguf import NUMPY_DTYPES, GGUFFile, GGUFValueType
-from edgellama.gguf import GGUFValueType as V
-from edgellama.gguf_writer import GGUFWriter
+from edgellama.gguf.ggml_types import GGMLType, row_bytes
+from edgellama.gguf.reader import NUMPY_DTYPES, GGUFFile, GGUFValueType
+from edgellama.gguf.reader import GGUFValueType as V
+from edgellama.gguf.writer import GGUFWriter
 
 # One value of every type, forced where inference would pick another type; name -> (value, vtype, elem).
 ALL_VALUES: dict[str, tuple[Any, V | None, V | None]] = {

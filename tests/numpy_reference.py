@@ -8,8 +8,8 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from edgellama.engine import ACT_GELU, ModelDesc, TensorRef
-from edgellama.kernels import dequantize
+from edgellama.native.desc import ACT_GELU, ModelDesc, TensorRef
+from edgellama.native.kernels import dequantize
 
 F64 = npt.NDArray[np.float64]
 

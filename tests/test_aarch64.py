@@ -73,6 +73,11 @@ def test_aarch64_wheel_imports_and_dequantizes_under_emulation() -> None:
     assert "smoke ok: -cpu cortex-a76 isa neon-dotprod " in proc.stdout
     wheel = Path(proc.stdout.strip().splitlines()[-1])
     assert wheel.name.endswith("-cp311-cp311-linux_aarch64.whl") and wheel.is_file()
+    # every module of the source tree is in the wheel and imported from it on both CPUs
+    from test_packaging import source_modules
+
+    imported = [line.split(":", 1)[1].split() for line in proc.stdout.splitlines() if line.startswith("smoke modules:")]
+    assert len(imported) == 2 and all(set(m) == source_modules() for m in imported), imported
 
 
 @pytest.mark.slow

@@ -11,12 +11,13 @@ import numpy as np
 import numpy_reference as ref
 import pytest
 
-from edgellama._native import KernelError
-from edgellama.engine import Engine, ModelDesc, Pool, TensorRef, plan_bytes
-from edgellama.gguf import GGUFFile
-from edgellama.gguf_writer import GGUFWriter
-from edgellama.kernels import dequantize
-from edgellama.model import ModelError, build_desc
+from edgellama.gguf.reader import GGUFFile
+from edgellama.gguf.writer import GGUFWriter
+from edgellama.native.desc import ModelDesc, TensorRef
+from edgellama.native.engine import Engine, Pool, plan_bytes
+from edgellama.native.kernels import dequantize
+from edgellama.native.lib import KernelError
+from edgellama.wiring import ModelError, build_desc
 
 
 def _load(path: Path) -> tuple[GGUFFile, ModelDesc]:

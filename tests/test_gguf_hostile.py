@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from gguf_fixtures import HeaderField, field_of, header_fields, put_uint, write_all_types, write_small_model
 
-from edgellama.gguf import GGUFError, GGUFFile, GGUFValueType
-from edgellama.gguf_writer import GGUFWriter
+from edgellama.gguf.reader import GGUFError, GGUFFile, GGUFValueType
+from edgellama.gguf.writer import GGUFWriter
 
 ALLOC_LIMIT = 2 << 20  # a ~1.3 KB file never needs more than a few KB of Python/numpy memory to open
 

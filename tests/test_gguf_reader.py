@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from gguf_fixtures import assert_same_as_gguf_py, mapped_rss_bytes, write_big_model, write_small_model
 
-from edgellama.gguf import GGUFError, GGUFFile, GGUFValueType
+from edgellama.gguf.reader import GGUFError, GGUFFile, GGUFValueType
 
 
 @pytest.mark.slow  # gguf.GGUFReader needs ~13 s to parse the 262144-entry vocabulary
@@ -76,7 +76,7 @@ def test_open_touches_only_header_pages(tmp_path: Path) -> None:
 
 
 def test_raw_gives_exact_bytes_of_invalid_utf8_strings(tmp_path: Path) -> None:
-    from edgellama.gguf_writer import GGUFWriter
+    from edgellama.gguf.writer import GGUFWriter
 
     w = GGUFWriter(tmp_path / "bytes.gguf")
     w.add("tok.bad", b"\xff\xfeab")

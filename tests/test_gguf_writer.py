@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from gguf_fixtures import ALL_VALUES, assert_same_as_gguf_py, flatten, tensor_specs, write_all_types
 
-from edgellama.ggml_types import GGMLType
-from edgellama.gguf import GGUFFile, GGUFValueType
-from edgellama.gguf_writer import GGUFWriter, infer_element_type, infer_type
+from edgellama.gguf.ggml_types import GGMLType
+from edgellama.gguf.reader import GGUFFile, GGUFValueType
+from edgellama.gguf.writer import GGUFWriter, infer_element_type, infer_type
 
 ALIGNMENTS = [1, 8, 32, 64, 4096]
 

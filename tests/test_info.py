@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from gguf_fixtures import mapped_rss_bytes, write_all_types, write_big_model, write_small_model
 
-from edgellama import info
-from edgellama.ggml_types import type_name
-from edgellama.gguf import GGUFFile
+from edgellama.cli import info
+from edgellama.gguf.ggml_types import type_name
+from edgellama.gguf.reader import GGUFFile
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,7 +32,7 @@ def run_info(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, 
 def run_module(*argv: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.run(
-        [sys.executable, "-m", "edgellama.info", *argv], capture_output=True, text=True, env=env, timeout=60, check=False
+        [sys.executable, "-m", "edgellama.cli.info", *argv], capture_output=True, text=True, env=env, timeout=60, check=False
     )
 
 
@@ -177,15 +177,15 @@ def test_system_flag_reports_kernels_or_their_absence(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = write_small_model(tmp_path / "m.gguf")
-    fake = types.ModuleType("edgellama.kernels")
+    fake = types.ModuleType("edgellama.native.kernels")
     fake.isa = lambda: "fake-isa"  # type: ignore[attr-defined]
     fake.cpu_features = lambda: "feat1 feat2"  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "edgellama.kernels", fake)
-    monkeypatch.setattr("edgellama.kernels", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "edgellama.native.kernels", fake)
+    monkeypatch.setattr("edgellama.native.kernels", fake, raising=False)
     code, out, _ = run_info(capsys, str(path), "--system")
     assert code == 0 and "kernels       fake-isa" in out and "cpu features  feat1 feat2" in out
-    monkeypatch.setitem(sys.modules, "edgellama.kernels", None)  # import now raises ImportError
-    monkeypatch.delattr("edgellama.kernels", raising=False)
+    monkeypatch.setitem(sys.modules, "edgellama.native.kernels", None)  # import now raises ImportError
+    monkeypatch.delattr("edgellama.native.kernels", raising=False)
     code, out, _ = run_info(capsys, str(path), "--system")
     assert code == 0 and "C extension not available" in out and "architecture  llama" in out
 

@@ -51,7 +51,7 @@ def test_generating_4x_the_context_keeps_memory_flat_and_the_decode_loop_allocat
         assert llm.n_shifts >= 4
         assert max(samples) - min(samples) < 512, samples  # kB: flat, not a snapshot
         # the C engine itself: the heap is exactly as large after 200 decode steps and their shifts
-        from edgellama._native import ffi, lib
+        from edgellama.native.lib import ffi, lib
 
         ptr = llm.engine._ptr
         tok = ffi.new("int32_t[1]", [int(prompt[0])])
@@ -92,7 +92,7 @@ def test_a_shift_equals_evaluating_the_shortened_sequence_afresh(smollm2_path: P
     weights and an F32 cache keep 8-bit rounding from amplifying the difference."""
     import copy
 
-    from edgellama.engine import Engine, Pool
+    from edgellama.native.engine import Engine, Pool
 
     with LLM(smollm2_path, n_ctx=64) as llm:
         d32 = _as_f32(llm.desc)

@@ -24,11 +24,11 @@ from conftest import (
     reference_pairs,
 )
 
-from edgellama import kernels
-from edgellama.engine import Engine, Pool
-from edgellama.ggml_types import GGMLType as T
-from edgellama.ggml_types import row_bytes
+from edgellama.gguf.ggml_types import GGMLType as T
+from edgellama.gguf.ggml_types import row_bytes
 from edgellama.llm import LLM
+from edgellama.native import kernels
+from edgellama.native.engine import Engine, Pool
 
 # token that replaced each 512-token chunk's first token in llama.cpp's perplexity reference
 PPL_BOS = {"gemma": 2, "smollm2": 1, "qwen": 151643}
@@ -135,7 +135,7 @@ void el_llx_attention(void *pool, const el_attn_args *a, int scale_q, size_t n_c
 @pytest.fixture(scope="module")
 def internal() -> Any:
     import cffi
-    import edgellama._edgellama_c as ext
+    import edgellama.native._edgellama_c as ext
 
     ffi = cffi.FFI()
     ffi.cdef(INTERNAL_CDEF)

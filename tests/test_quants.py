@@ -14,10 +14,10 @@ import numpy.typing as npt
 import pytest
 from gguf import GGMLQuantizationType as GT
 
-from edgellama import kernels
-from edgellama._native import KernelError, ffi, lib
-from edgellama.ggml_types import COMPUTE_TYPES, TYPE_SIZES
-from edgellama.ggml_types import GGMLType as T
+from edgellama.gguf.ggml_types import COMPUTE_TYPES, TYPE_SIZES
+from edgellama.gguf.ggml_types import GGMLType as T
+from edgellama.native import kernels
+from edgellama.native.lib import KernelError, ffi, lib
 
 EL_EINVAL = -1
 EL_EUNSUPPORTED = -3

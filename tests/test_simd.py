@@ -13,12 +13,12 @@ import numpy.typing as npt
 import pytest
 
 import edgellama
-from edgellama import kernels
-from edgellama._native import check, lib
-from edgellama._native import ffi as api_ffi
-from edgellama.engine import Pool
-from edgellama.ggml_types import TYPE_SIZES
-from edgellama.ggml_types import GGMLType as T
+from edgellama.gguf.ggml_types import TYPE_SIZES
+from edgellama.gguf.ggml_types import GGMLType as T
+from edgellama.native import kernels
+from edgellama.native.engine import Pool
+from edgellama.native.lib import check, lib
+from edgellama.native.lib import ffi as api_ffi
 
 FLOAT_TYPES = [T.F32, T.F16, T.BF16]
 BLOCK_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
@@ -67,7 +67,7 @@ def internal() -> Any:
     from cffi import FFI
 
     # the very file Python imported (an in-place build can sit beside the installed one)
-    so = getattr(sys.modules.get("edgellama._edgellama_c"), "__file__", None)
+    so = getattr(sys.modules.get("edgellama.native._edgellama_c"), "__file__", None)
     if not so:
         pytest.skip("extension module file not found")
     ffi = FFI()
@@ -503,7 +503,7 @@ def test_edgellama_isa_selects_that_isa_at_start(want: str) -> None:
 
     if not kernels.isa_available(want):
         pytest.skip(f"ISA {want} not available on this CPU/build")
-    code = "from edgellama import kernels; print(kernels.isa())"
+    code = "from edgellama.native import kernels; print(kernels.isa())"
     # the child imports the same edgellama this process did (a source tree or an installed wheel):
     # its folder leads PYTHONPATH and is the cwd, so another copy cannot shadow it
     root = os.path.dirname(os.path.dirname(os.path.abspath(edgellama.__file__)))

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from conftest import SHARED_REFERENCE, load_reference, reference_dir
 
-from edgellama.pretokenize import PRE_TOKENIZERS, WHITESPACE, PreTokenizer, collapse
-from edgellama.tokenizer import (
+from edgellama.tokenizers.bpe import BYTE_TO_UNICODE, byte_decode, byte_encode
+from edgellama.tokenizers.pretokenize import PRE_TOKENIZERS, WHITESPACE, PreTokenizer, collapse
+from edgellama.tokenizers.tokenizer import (
     TYPE_BYTE,
     TYPE_CONTROL,
     TYPE_NORMAL,
@@ -22,7 +23,6 @@ from edgellama.tokenizer import (
     Tokenizer,
     tokenizer_from_metadata,
 )
-from edgellama.tokenizer_bpe import BYTE_TO_UNICODE, byte_decode, byte_encode
 
 # ---- metadata readers ----------------------------------------------------------------------------
 
@@ -48,7 +48,7 @@ def metadata_via_gguf_package(path: Path) -> dict[str, Any]:
 
 def read_metadata(path: Path) -> dict[str, Any]:
     try:
-        from edgellama.gguf import GGUFFile
+        from edgellama.gguf.reader import GGUFFile
     except ImportError:
         return metadata_via_gguf_package(path)
     return dict(GGUFFile(path).metadata)
@@ -350,7 +350,7 @@ def test_bpe_llama3_family_skips_merges_for_whole_word_tokens() -> None:
 
 
 def test_bpe_long_words_merge_like_short_ones(smollm2_tok: Tokenizer) -> None:
-    from edgellama.tokenizer_bpe import _merge_long, _merge_short
+    from edgellama.tokenizers.bpe import _merge_long, _merge_short
 
     ranks = smollm2_tok.ranks  # type: ignore[attr-defined]
     rng = random.Random(7)
@@ -445,7 +445,7 @@ def _regex_reference_split(text: str, exprs: tuple[str, ...]) -> list[str]:
     """llama.cpp's split structure, with the `regex` module's real \\p{...} classes."""
     import regex
 
-    from edgellama.pretokenize import SCANNER_EQUIVALENT
+    from edgellama.tokenizers.pretokenize import SCANNER_EQUIVALENT
 
     segments = [text] if text else []
     for expr in exprs:

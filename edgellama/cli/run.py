@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from edgellama.cli_common import add_model_args, load
+from edgellama.cli.common import add_model_args, load
 
 
 def add_parser(sub: Any) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Union
 import numpy as np
 import numpy.typing as npt
 
-from edgellama.ggml_types import TYPE_SIZES, type_name
+from edgellama.gguf.ggml_types import TYPE_SIZES, type_name
 
 if TYPE_CHECKING:
     from typing import Self

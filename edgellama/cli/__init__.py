@@ -15,11 +15,11 @@ EXIT_ERROR = 1
 
 def expected_errors() -> tuple[type[BaseException], ...]:
     from edgellama.default_model import ModelNotAvailable
-    from edgellama.gguf import GGUFError
+    from edgellama.gguf.reader import GGUFError
 
     errs: list[type[BaseException]] = [GGUFError, ModelNotAvailable, OSError, ValueError]
     try:
-        from edgellama._native import KernelError
+        from edgellama.native.lib import KernelError
 
         errs.append(KernelError)
     except ImportError:
@@ -28,7 +28,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from edgellama import bench, info, perplexity, run
+    from edgellama.cli import bench, info, perplexity, run
 
     p = argparse.ArgumentParser(prog="edgellama", description="Offline LLM inference for small boards (GGUF).")
     p.add_argument("--version", action="version", version=_version())

@@ -19,8 +19,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from edgellama.ggml_types import type_name
-from edgellama.gguf import GGUFError, GGUFFile, GGUFValueType, ValueTypes
+from edgellama.gguf.ggml_types import type_name
+from edgellama.gguf.reader import GGUFError, GGUFFile, GGUFValueType, ValueTypes
 
 SUMMARY_ITEMS = 8  # arrays longer than this are summarized unless --full
 SUMMARY_HEAD = 3
@@ -227,7 +227,7 @@ def report_text(f: GGUFFile, out: TextIO, tensors: bool, full: bool, sha: dict[s
 
 def system_text() -> str:
     try:
-        from edgellama import kernels  # the C extension: loaded only when asked for
+        from edgellama.native import kernels  # the C extension: loaded only when asked for
     except (ImportError, OSError) as exc:  # not built, or a broken .so: either way, say so
         return f"kernels       C extension not available ({type(exc).__name__}: {exc})\n"
     try:
@@ -293,7 +293,7 @@ def memory_plan(f: GGUFFile, args: argparse.Namespace) -> Any:
     """The plan edgellama run would make, from the header alone (no weights are read)."""
     from edgellama.llm import DEFAULT_CTX, default_threads
     from edgellama.memplan import BudgetError, choose_plan, make_plan, parse_size
-    from edgellama.model import ModelError, build_desc
+    from edgellama.wiring import ModelError, build_desc
 
     try:
         budget = parse_size(args.mem_budget) if args.mem_budget else None

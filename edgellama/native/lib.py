@@ -6,11 +6,11 @@ Everything that calls into C goes through ``lib``/``ffi`` from here.
 from __future__ import annotations
 
 try:
-    from edgellama._edgellama_c import ffi, lib  # type: ignore[import-not-found]
+    from edgellama.native._edgellama_c import ffi, lib  # type: ignore[import-not-found]
 except ImportError as exc:  # pragma: no cover - only without a build
     raise ImportError(
         "edgellama's C library is not built: install the package with 'pip install .' "
-        "(or 'python edgellama/_build.py' in a source tree)"
+        "(or 'python edgellama/native/build.py' in a source tree)"
     ) from exc
 
 

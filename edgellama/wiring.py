@@ -10,9 +10,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from edgellama.engine import ACT_GELU, ACT_SILU, ARCH_GEMMA3, ARCH_LLAMA, LayerDesc, ModelDesc, TensorRef
-from edgellama.ggml_types import COMPUTE_TYPES, type_name
-from edgellama.gguf import GGUFFile
+from edgellama.gguf.ggml_types import COMPUTE_TYPES, type_name
+from edgellama.gguf.reader import GGUFFile
+from edgellama.native.desc import ACT_GELU, ACT_SILU, ARCH_GEMMA3, ARCH_LLAMA, LayerDesc, ModelDesc, TensorRef
 
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3")
 SUPPORTED_ARCHS = ("gemma3",) + LLAMA_FAMILY

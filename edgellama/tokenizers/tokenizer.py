@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from edgellama.pretokenize import PreTokenizer
-from edgellama.tokenizer_bpe import BPEMerger, byte_decode, parse_merges
-from edgellama.tokenizer_spm import spm_tokenize
+from edgellama.tokenizers.bpe import BPEMerger, byte_decode, parse_merges
+from edgellama.tokenizers.pretokenize import PreTokenizer
+from edgellama.tokenizers.spm import spm_tokenize
 
 # llama_token_type values stored in GGUF, and llama_token_attr bits llama.cpp derives from them
 TYPE_UNDEFINED, TYPE_NORMAL, TYPE_UNKNOWN, TYPE_CONTROL, TYPE_USER_DEFINED, TYPE_UNUSED, TYPE_BYTE = range(7)

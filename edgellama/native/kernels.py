@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from edgellama._native import check, ffi, lib
-from edgellama.ggml_types import COMPUTE_TYPES, row_bytes, type_name
+from edgellama.gguf.ggml_types import COMPUTE_TYPES, row_bytes, type_name
+from edgellama.native.lib import check, ffi, lib
 
 
 def _require_type(t: int) -> None:

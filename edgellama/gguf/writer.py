@@ -16,8 +16,8 @@ from typing import Any, BinaryIO, NamedTuple, Union
 import numpy as np
 import numpy.typing as npt
 
-from edgellama.ggml_types import TYPE_SIZES, GGMLType, row_bytes, type_name
-from edgellama.gguf import DEFAULT_ALIGNMENT, GGML_MAX_DIMS, GGUF_MAGIC, SCALAR_STRUCTS, GGUFValueType
+from edgellama.gguf.ggml_types import TYPE_SIZES, GGMLType, row_bytes, type_name
+from edgellama.gguf.reader import DEFAULT_ALIGNMENT, GGML_MAX_DIMS, GGUF_MAGIC, SCALAR_STRUCTS, GGUFValueType
 
 GGUF_VERSION = 3
 

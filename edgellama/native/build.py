@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cffi import FFI
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 CSRC = ROOT / "csrc"
 
 
@@ -58,7 +58,7 @@ if os.environ.get("EDGELLAMA_CFLAGS"):
 ffibuilder = FFI()
 ffibuilder.cdef(cdef_source())
 ffibuilder.set_source(
-    "edgellama._edgellama_c",
+    "edgellama.native._edgellama_c",
     '#include "edgellama.h"',
     sources=c_sources(),
     include_dirs=[_rel(CSRC)],
@@ -68,18 +68,18 @@ ffibuilder.set_source(
 )
 
 if __name__ == "__main__":
-    # Developer shortcut: build the extension in place (python edgellama/_build.py).
+    # Developer shortcut: build the extension in place (python edgellama/native/build.py).
     os.chdir(ROOT)
     ffibuilder.compile(tmpdir=str(ROOT / "build" / "cffi"), verbose="-v" in sys.argv)
     import glob
     import shutil
     import tempfile
 
-    for so in glob.glob(str(ROOT / "build" / "cffi" / "edgellama" / "_edgellama_c*.so")):
+    for so in glob.glob(str(ROOT / "build" / "cffi" / "edgellama" / "native" / "_edgellama_c*.so")):
         # Copy to a temporary file next to the target, then rename: processes that have the old .so
         # mapped keep their inode instead of seeing it rewritten under them (which crashed them).
-        dest = ROOT / "edgellama" / os.path.basename(so)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".so", dir=ROOT / "edgellama")
+        dest = ROOT / "edgellama" / "native" / os.path.basename(so)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".so", dir=ROOT / "edgellama" / "native")
         os.close(fd)
         try:
             shutil.copy(so, tmp)

@@ -1,0 +1,7 @@
+"""python -m edgellama: the `edgellama` command."""
+
+import sys
+
+from edgellama.cli import main
+
+sys.exit(main())

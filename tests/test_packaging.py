@@ -1,0 +1,76 @@
+"""The wheel carries the whole package: every module of the source tree is in the built wheel (x86 here;
+the aarch64 wheel in test_aarch64.py) and imports from it, with its C extension, outside the source tree."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+IMPORT_ALL = """
+import importlib, pkgutil, sys
+import edgellama
+mods = sorted(m.name for m in pkgutil.walk_packages(edgellama.__path__, 'edgellama.') if not m.name.endswith('__main__'))
+for name in mods:
+    mod = importlib.import_module(name)
+    assert mod.__file__.startswith(sys.argv[1]), (name, mod.__file__)
+print(' '.join(mods))
+"""
+
+
+def source_modules() -> set[str]:
+    """Module names of every .py in the package folders of the source tree (no __main__)."""
+    pkg = ROOT / "edgellama"
+    names = set()
+    for py in pkg.rglob("*.py"):
+        rel = py.relative_to(ROOT).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        if rel.name != "__main__":
+            names.add(".".join(parts))
+    return names
+
+
+def wheel_modules(names: list[str]) -> set[str]:
+    out = set()
+    for n in names:
+        if n.endswith(".py") and n.startswith("edgellama/"):
+            rel = Path(n).with_suffix("")
+            parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+            if rel.name != "__main__":
+                out.add(".".join(parts))
+    return out
+
+
+def test_every_source_module_is_in_a_package_folder() -> None:
+    # a folder of modules without __init__.py is left out of the wheel by setuptools' find
+    for py in (ROOT / "edgellama").rglob("*.py"):
+        for parent in py.relative_to(ROOT).parents:
+            if parent != Path("."):
+                assert (ROOT / parent / "__init__.py").is_file(), f"{parent} has no __init__.py"
+
+
+@pytest.mark.slow
+def test_built_wheel_contains_and_imports_every_module(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "-w", str(tmp_path / "dist"), str(ROOT)], capture_output=True, text=True, timeout=900,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    wheels = list((tmp_path / "dist").glob("edgellama-*.whl"))
+    assert len(wheels) == 1, wheels
+    with zipfile.ZipFile(wheels[0]) as z:
+        names = z.namelist()
+        z.extractall(tmp_path / "site")
+    assert wheel_modules(names) == source_modules()
+    assert any(n.startswith("edgellama/native/_edgellama_c") and n.endswith(".so") for n in names), names
+    assert "edgellama/__main__.py" in names and "edgellama/cli/__main__.py" in names
+    site = str(tmp_path / "site")
+    # -P and cwd outside the checkout: the source tree cannot shadow the unpacked wheel
+    run = subprocess.run([sys.executable, "-P", "-c", IMPORT_ALL, site], cwd=tmp_path, capture_output=True,
+                         text=True, env={"PYTHONPATH": site, "PATH": "/usr/bin:/bin"}, timeout=300, check=False)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert set(run.stdout.split()) == source_modules()
