@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from edgellama.cli.common import add_model_args, load
+from edgellama.cli.common import add_model_args, check_range, load
 from edgellama.perplexity import perplexity
 
 
@@ -29,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
     text = path.read_text(encoding="utf-8", errors="replace")
     llm = load(args)
     with llm:
+        if args.bos_id is not None:
+            check_range("--bos-id", args.bos_id, 0, llm.n_vocab - 1)
         n_ctx = llm.n_ctx
         t0 = time.perf_counter()
         # no BOS in front of the text: each chunk's first token is replaced by BOS instead (the
