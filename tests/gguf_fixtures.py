@@ -386,3 +386,24 @@ def write_tiny_model(path: Path, arch: str = "llama", vocab: str = "spm", seed: 
             w.add_tensor(p + "post_attention_norm.weight", norm(n_embd))
             w.add_tensor(p + "post_ffw_norm.weight", norm(n_embd))
     return w.write()
+
+
+def rewrite_metadata(src: Path, dst: Path, changes: dict[str, tuple[Any, V, V | None] | None]) -> Path:
+    """dst = src with metadata changed: key -> (value, value type, element type), or None to remove
+    it; keys src lacks are added. Tensors are copied as they are."""
+    with GGUFFile(src) as f:
+        w = GGUFWriter(dst)
+        for k, value in f.metadata.items():
+            t = f.metadata_types[k]
+            if k in changes:
+                new = changes[k]
+                if new is not None:
+                    w.add(k, *new)
+                continue
+            w.add(k, value, t[0], t[1] if len(t) > 1 else None)
+        for k, new in changes.items():
+            if k not in f.metadata and new is not None:
+                w.add(k, *new)
+        for t in f.tensors:
+            w.add_tensor(t.name, t.data, t.shape, t.ggml_type)
+        return w.write()
