@@ -15,7 +15,7 @@ Outcomes: ok (rc 0), clean error (rc 1, exactly one `edgellama: error:` line), u
 unclear (any other output or rc), traceback (an exception escaped main), signal, hang.
 
     python bench/fuzz_models.py                 # the full run (about 3,500 cases), table on stdout
-    python bench/fuzz_models.py --quick 150     # a seeded subset (what the slow test runs)
+    python bench/fuzz_models.py --quick 200 --real-per-model 3   # a seeded subset (the slow test's)
 """
 
 from __future__ import annotations
@@ -435,7 +435,7 @@ def run_fresh(c: Case, work: Path, sources: dict[str, Path], cache: SourceCache,
 
 
 def fuzz(quick: int | None, real: bool, seed: int, fresh_every: int, nice: int,
-         progress: bool = False) -> dict[str, Any]:
+         progress: bool = False, real_per_model: int = 150) -> dict[str, Any]:
     rng = random.Random(seed)
     shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
     with tempfile.TemporaryDirectory(prefix="edgellama-fuzz-", dir=shm) as tmp:
@@ -443,9 +443,11 @@ def fuzz(quick: int | None, real: bool, seed: int, fresh_every: int, nice: int,
         sources = make_sources(work, real)
         text = work / "text.txt"
         text.write_text("hi ab. " * 200)
-        cases = metadata_cases(sources, 150, rng) + flag_cases(sources["tiny-llama-spm"], text)
-        if quick is not None:
-            cases = rng.sample(cases, min(quick, len(cases)))
+        cases = metadata_cases(sources, real_per_model, rng) + flag_cases(sources["tiny-llama-spm"], text)
+        if quick is not None:  # a sample of the cheap cases, and every real-model case (real_per_model each)
+            real_cases = [c for c in cases if c.kind == "metadata" and c.source not in TINY]
+            cheap = [c for c in cases if c.kind == "flag" or c.source in TINY]
+            cases = rng.sample(cheap, min(quick, len(cheap))) + real_cases
         for i, c in enumerate(cases):
             c.id = i
         results: list[dict[str, Any]] = []
@@ -500,11 +502,13 @@ def main() -> int:
     ap.add_argument("--quick", type=int, default=None, help="run a seeded sample of this many cases")
     ap.add_argument("--no-real", action="store_true", help="synthetic models only")
     ap.add_argument("--seed", type=int, default=15)
+    ap.add_argument("--real-per-model", type=int, default=150, help="cases per real model (each writes a copy)")
     ap.add_argument("--fresh-every", type=int, default=20, help="rerun every Nth case as a fresh process (0: none)")
     ap.add_argument("--nice", type=int, default=10)
     ap.add_argument("--json", type=Path, help="write every case and result here")
     args = ap.parse_args()
-    report = fuzz(args.quick, not args.no_real, args.seed, args.fresh_every, args.nice, progress=True)
+    report = fuzz(args.quick, not args.no_real, args.seed, args.fresh_every, args.nice, progress=True,
+                  real_per_model=args.real_per_model)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
     print(table(report))
