@@ -146,8 +146,8 @@ def _guard(mm: mmap.mmap, path: Path) -> Callable[[], object] | None:
     """Registers the mapping with the C library's SIGBUS handler, when the library is built."""
     try:
         from edgellama.native.sigbus import guard
-    except ImportError:  # the reader works without the C extension (e.g. `info` from a source tree)
-        return None
+    except (ImportError, AttributeError, OSError):  # no C extension (or one built before the handler):
+        return None  # the reader works without it, e.g. `info` from a source tree
     return guard(mm, path)
 
 
