@@ -160,6 +160,15 @@ size_t el_model_state_size(const el_model *model);
 int el_model_state_save(const el_model *model, void *buf, size_t size);
 int el_model_state_load(el_model *model, const void *buf, size_t size);
 
+/* ---- file mappings: a SIGBUS (the file was truncated while mapped) reported by name ---- */
+/* Registers [addr, addr + len) as a mapping of the file `name` (copied, up to 511 bytes). On the first
+ * call a SIGBUS handler is installed: a fault inside a registered mapping writes one line naming the
+ * file to stderr and exits with EL_SIGBUS_EXIT_CODE; other faults go to the previous handler. Up to
+ * 64 mappings at a time (EL_ENOMEM beyond). Unregister before the range is unmapped. */
+enum { EL_SIGBUS_EXIT_CODE = 74 }; /* EX_IOERR of sysexits.h */
+int el_sigbus_register(const void *addr, size_t len, const char *name);
+int el_sigbus_unregister(const void *addr);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from edgellama import session
+from edgellama.gguf.metadata import Metadata
 from edgellama.gguf.reader import GGUFFile
 from edgellama.memplan import MemoryPlan, choose_plan
 from edgellama.native.engine import Engine, Pool
@@ -92,7 +93,7 @@ class LLM:
                 raise ValueError(f"--keep {n_keep} must be in 0..{self.n_ctx - 1}")
             self.n_keep = n_keep
             self.context_shift = context_shift
-            self.tokenizer = tokenizer_from_metadata(self.file.metadata)
+            self.tokenizer = tokenizer_from_metadata(Metadata.of(self.file), n_rows=self.desc.n_vocab)
             self.chat = chat_format_for(self.file.metadata)
             self.pool = Pool(threads)
             self.engine = Engine(self.desc, self.pool, self.n_ctx, self.n_batch, kv_type, numerics)

@@ -7,6 +7,7 @@ the overhead (interpreter, numpy, vocabulary tables) is an estimate calibrated o
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,9 @@ from edgellama.native.engine import plan_bytes
 BASE_OVERHEAD = 32 << 20
 PER_TOKEN_OVERHEAD = 256
 MIN_CTX = 64
+MAX_CTX = 1 << 24  # el_model_plan refuses longer contexts (tests/test_hostile_models.py holds the two equal)
+MAX_THREADS = 64
+INT32_MAX = (1 << 31) - 1
 
 
 class BudgetError(ValueError):
@@ -95,8 +99,27 @@ def weights_bytes(desc: ModelDesc) -> int:
     return sum(int(t.data.nbytes) for t in ts if t is not None)
 
 
+def check_ranges(n_ctx: int | None, n_batch: int, n_threads: int) -> None:
+    """Refuses, before any arithmetic or C call, a context, batch or thread count out of range."""
+    if n_ctx is not None and not 1 <= n_ctx <= MAX_CTX:
+        raise ValueError(f"a context of {n_ctx} tokens is out of range (1..{MAX_CTX})")
+    if not 1 <= n_batch <= INT32_MAX:
+        raise ValueError(f"a batch of {n_batch} tokens is out of range (1..{INT32_MAX})")
+    if not 1 <= n_threads <= MAX_THREADS:
+        raise ValueError(f"{n_threads} threads is out of range (1..{MAX_THREADS})")
+
+
+def physical_memory() -> int | None:
+    """Bytes of RAM of this machine, if the OS says."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def make_plan(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_threads: int,
               budget: int | None = None, numerics: str = "native") -> MemoryPlan:
+    check_ranges(n_ctx, n_batch, n_threads)
     n_batch = max(1, min(n_batch, n_ctx))
     kv, scratch = plan_bytes(desc, n_ctx, n_batch, kv_type, n_threads, numerics)
     return MemoryPlan(
@@ -109,13 +132,19 @@ def make_plan(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_threads
 def choose_plan(desc: ModelDesc, n_ctx: int | None, n_ctx_max: int, n_batch: int, kv_type: str,
                 n_threads: int, budget: int | None, numerics: str = "native") -> MemoryPlan:
     """The plan for n_ctx, or (n_ctx None) for the largest context up to n_ctx_max within budget.
-    Raises BudgetError, with the plan in the message, when nothing fits."""
+    Raises BudgetError, with the plan in the message, when nothing fits. Without a budget, a plan
+    whose allocations (all but the file-backed weights) exceed this machine's RAM is refused too."""
+    check_ranges(n_ctx, n_batch, n_threads)
     if n_ctx is not None:
         p = make_plan(desc, n_ctx, n_batch, kv_type, n_threads, budget, numerics)
         if not p.fits:
             raise BudgetError(f"a context of {n_ctx} does not fit the memory budget:\n{p.table()}")
+        ram = physical_memory()
+        if budget is None and ram is not None and p.total - p.weights > ram:
+            raise BudgetError(f"a context of {n_ctx} needs more memory than this machine has "
+                              f"({ram >> 20} MiB):\n{p.table()}")
         return p
-    hi = max(n_ctx_max, MIN_CTX)
+    hi = min(max(n_ctx_max, MIN_CTX), MAX_CTX)
     p = make_plan(desc, hi, n_batch, kv_type, n_threads, budget, numerics)
     if p.fits:
         return p

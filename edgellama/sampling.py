@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+INT32_MAX = (1 << 31) - 1
+
 
 @dataclass
 class SamplerParams:
@@ -28,6 +30,17 @@ class SamplerParams:
     seed: int | None = None
 
     def validate(self) -> None:
+        """Refuses, naming the flag, what the samplers cannot use: NaN and infinities included (a NaN
+        passes every `<` and `>` test and would surface later as NaN probabilities or garbage)."""
+        for flag, v in (("--temp", self.temp), ("--top-p", self.top_p), ("--min-p", self.min_p),
+                        ("--repeat-penalty", self.repeat_penalty), ("--mirostat-lr", self.mirostat_lr),
+                        ("--mirostat-ent", self.mirostat_ent)):
+            if not math.isfinite(v):
+                raise ValueError(f"{flag} must be a finite number, got {v}")
+        if not -INT32_MAX <= self.top_k <= INT32_MAX or not -INT32_MAX <= self.repeat_last_n <= INT32_MAX:
+            raise ValueError("--top-k and --repeat-last-n must fit a 32-bit integer")
+        if self.seed is not None and self.seed != -1 and not 0 <= self.seed < 1 << 64:
+            raise ValueError("-s/--seed must be in 0..2^64-1 (or -1: random, as llama.cpp)")
         if self.top_k < 0:
             raise ValueError("--top-k must be >= 0")
         if not 0.0 <= self.top_p <= 1.0:
@@ -42,6 +55,8 @@ class SamplerParams:
             raise ValueError("--mirostat must be 0 (off) or 2 (mirostat v2; v1 is not implemented)")
         if self.mirostat and self.mirostat_ent <= 0:
             raise ValueError("--mirostat-ent must be > 0")
+        if self.mirostat_lr < 0:
+            raise ValueError("--mirostat-lr must be >= 0")
 
 
 def _softmax(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -58,7 +73,7 @@ class Sampler:
         last_n = n_ctx if params.repeat_last_n == -1 else params.repeat_last_n
         self.history: deque[int] = deque(maxlen=max(last_n, 0) or 1)
         self._use_history = last_n > 0
-        self.rng = np.random.default_rng(params.seed)
+        self.rng = np.random.default_rng(None if params.seed == -1 else params.seed)
         self.mu = 2.0 * params.mirostat_ent
 
     def accept(self, token: int) -> None:

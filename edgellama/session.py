@@ -35,6 +35,21 @@ def model_fingerprint(path: Path, data_offset: int) -> str:
     return h.hexdigest()
 
 
+def check_session_path(path: Path) -> None:
+    """Refuses, before any work, a session path that can be neither read nor written: a directory or
+    other non-file, an unreadable file, or a folder that does not exist or cannot be written to."""
+    if path.exists() or path.is_symlink():
+        if not path.is_file():
+            raise SessionError(f"prompt cache {path} is not a regular file")
+        if not os.access(path, os.R_OK):
+            raise SessionError(f"prompt cache {path} cannot be read")
+    folder = path.parent
+    if not folder.is_dir():
+        raise SessionError(f"prompt cache {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SessionError(f"prompt cache {path}: folder {folder} is not writable")
+
+
 def save(path: Path, header: dict[str, Any], blob: bytes) -> None:
     meta = dict(header, version=VERSION, blob_bytes=len(blob), blob_sha256=hashlib.sha256(blob).hexdigest())
     head = json.dumps(meta, separators=(",", ":")).encode()

@@ -1,110 +1,60 @@
 """Model wiring: GGUF metadata and tensor names -> the engine's model description, per architecture.
 
 Supports `gemma3` and the llama family (`llama`, `qwen2`, `qwen3`); every missing key or tensor,
-wrong shape or unsupported architecture is a ModelError that names it. No arithmetic here.
+wrong shape or unsupported architecture is a ModelError that names it; metadata is read only through
+the typed keys of edgellama.gguf.metadata. No arithmetic on tensor data here.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
+from edgellama.gguf import metadata as K
 from edgellama.gguf.ggml_types import COMPUTE_TYPES, type_name
+from edgellama.gguf.metadata import Metadata, ModelError  # callers catch ModelError from here
 from edgellama.gguf.reader import GGUFFile
-from edgellama.native.desc import ACT_GELU, ACT_SILU, ARCH_GEMMA3, ARCH_LLAMA, LayerDesc, ModelDesc, TensorRef
+from edgellama.native.desc import (
+    ACT_GELU,
+    ACT_SILU,
+    ARCH_GEMMA3,
+    ARCH_LLAMA,
+    FLOAT32_MAX,
+    LayerDesc,
+    ModelDesc,
+    TensorRef,
+)
 
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3")
 SUPPORTED_ARCHS = ("gemma3",) + LLAMA_FAMILY
 
 
-class ModelError(ValueError):
-    """The GGUF file does not describe a model this engine can run."""
-
-
 @dataclass
 class HParams:
+    """What the file says that the engine's ModelDesc does not carry: the architecture's own name
+    (ModelDesc holds only its C family) and the context the model was trained for."""
+
     arch: str
-    n_layer: int
-    n_embd: int
-    n_head: int
-    n_head_kv: int
-    head_dim: int
-    n_rot: int
-    n_ff: int
-    n_vocab: int
     n_ctx_train: int
-    norm_eps: float
-    rope_base: float
-    rope_scale: float
-    sliding_window: int
-    swa_pattern: int
 
 
-def _get(md: dict[str, Any], key: str, default: Any = None, required: bool = True) -> Any:
-    if key in md:
-        v = md[key]
-        if hasattr(v, "ndim") and getattr(v, "ndim", 0) > 0:
-            raise ModelError(f"metadata key {key} is an array, expected a single value")
-        return v
-    if required and default is None:
-        raise ModelError(f"metadata key {key} is missing")
-    return default
-
-
-def _int(md: dict[str, Any], key: str, default: int | None = None) -> int:
-    v = _get(md, key, default)
-    try:
-        iv = int(v)
-    except (TypeError, ValueError):
-        raise ModelError(f"metadata key {key} = {v!r} is not an integer") from None
-    if iv < 0:
-        raise ModelError(f"metadata key {key} = {iv} is negative")
-    return iv
-
-
-def hparams(md: dict[str, Any], n_vocab_tensor: int) -> HParams:
-    arch = md.get("general.architecture")
-    if not isinstance(arch, str):
-        raise ModelError("metadata key general.architecture is missing")
+def _architecture(meta: Metadata) -> str:
+    arch: str = meta.get(K.ARCHITECTURE)
     if arch not in SUPPORTED_ARCHS:
         raise ModelError(f"architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHS)})")
-    a = arch
-    n_embd = _int(md, f"{a}.embedding_length")
-    n_head = _int(md, f"{a}.attention.head_count")
-    if n_head == 0:
-        raise ModelError(f"{a}.attention.head_count is 0")
-    head_dim = _int(md, f"{a}.attention.key_length", n_embd // n_head)
-    if _int(md, f"{a}.attention.value_length", head_dim) != head_dim:
-        raise ModelError("key_length != value_length is not supported")
-    scale_type = md.get(f"{a}.rope.scaling.type", "none")
-    factor = float(md.get(f"{a}.rope.scaling.factor", 1.0) or 1.0)
-    if scale_type not in ("none", "linear", None) and factor != 1.0:
+    return arch
+
+
+def _rope_scale(meta: Metadata) -> float:
+    """The frequency scale handed to C (1/factor for linear scaling, else 1)."""
+    scale_type = meta.get(K.ROPE_SCALING_TYPE, "none")
+    factor = meta.get(K.ROPE_SCALING_FACTOR, 1.0) or 1.0  # 0 = not set, as llama.cpp reads it
+    if scale_type not in ("none", "linear") and factor != 1.0:
         raise ModelError(f"RoPE scaling type {scale_type!r} is not supported")
-    rope_scale = 1.0 / factor if scale_type == "linear" and factor > 0 else 1.0
-    eps_default = 1e-6 if a == "gemma3" else 1e-5
-    hp = HParams(
-        arch=a,
-        n_layer=_int(md, f"{a}.block_count"),
-        n_embd=n_embd,
-        n_head=n_head,
-        n_head_kv=_int(md, f"{a}.attention.head_count_kv", n_head),
-        head_dim=head_dim,
-        n_rot=_int(md, f"{a}.rope.dimension_count", head_dim),
-        n_ff=_int(md, f"{a}.feed_forward_length"),
-        n_vocab=_int(md, f"{a}.vocab_size", n_vocab_tensor),
-        n_ctx_train=_int(md, f"{a}.context_length", 2048),
-        norm_eps=float(_get(md, f"{a}.attention.layer_norm_rms_epsilon", eps_default)),
-        rope_base=float(_get(md, f"{a}.rope.freq_base", 1e6 if a == "gemma3" else 10000.0)),
-        rope_scale=rope_scale,
-        sliding_window=_int(md, f"{a}.attention.sliding_window", 0),
-        swa_pattern=_int(md, f"{a}.attention.sliding_window_pattern", 6 if a == "gemma3" else 0),
-    )
-    if hp.n_head_kv == 0 or hp.n_head % hp.n_head_kv:
-        raise ModelError(f"head_count {hp.n_head} is not a multiple of head_count_kv {hp.n_head_kv}")
-    if hp.n_vocab != n_vocab_tensor:
-        raise ModelError(f"vocab_size {hp.n_vocab} != token_embd rows {n_vocab_tensor}")
-    return hp
+    scale = 1.0 / factor if scale_type == "linear" else 1.0
+    if scale > FLOAT32_MAX:
+        raise ModelError(f"metadata key {K.ROPE_SCALING_FACTOR.resolve(meta.arch)} = {factor} is too small")
+    return scale
 
 
 class _Tensors:
@@ -142,12 +92,40 @@ def build_desc(f: GGUFFile) -> tuple[HParams, ModelDesc]:
         raise ModelError("tensor token_embd.weight is missing")
     if len(emb.shape) != 2:
         raise ModelError("tensor token_embd.weight is not 2-D")
-    hp = hparams(f.metadata, int(emb.shape[1]))
-    E, HD, F, V = hp.n_embd, hp.head_dim, hp.n_ff, hp.n_vocab
-    QD, KVD = hp.n_head * HD, hp.n_head_kv * HD
-    gemma = hp.arch == "gemma3"
+    meta = Metadata.of(f)
+    a = _architecture(meta)
+    meta = meta.with_arch(a)
+    gemma = a == "gemma3"
+    E = meta.get(K.EMBEDDING_LENGTH)
+    n_head = meta.get(K.HEAD_COUNT)
+    n_head_kv = meta.get(K.HEAD_COUNT_KV, n_head)
+    if n_head % n_head_kv:
+        raise ModelError(f"{K.HEAD_COUNT.resolve(a)} {n_head} is not a multiple of "
+                         f"{K.HEAD_COUNT_KV.resolve(a)} {n_head_kv}")
+    if K.KEY_LENGTH not in meta and E < n_head:
+        raise ModelError(f"{K.EMBEDDING_LENGTH.resolve(a)} {E} is less than {K.HEAD_COUNT.resolve(a)} {n_head}: "
+                         f"no head size")
+    HD = meta.get(K.KEY_LENGTH, E // n_head)
+    if meta.get(K.VALUE_LENGTH, HD) != HD:
+        raise ModelError(f"{K.KEY_LENGTH.resolve(a)} != {K.VALUE_LENGTH.resolve(a)} is not supported")
+    n_rot = meta.get(K.ROPE_DIMENSION_COUNT, HD)
+    if n_rot > HD or n_rot % 2:
+        raise ModelError(f"metadata key {K.ROPE_DIMENSION_COUNT.resolve(a)} = {n_rot} must be even and at most "
+                         f"the head size {HD}")
+    V = meta.get(K.VOCAB_SIZE, int(emb.shape[1]))
+    if V != emb.shape[1]:
+        raise ModelError(f"{K.VOCAB_SIZE.resolve(a)} {V} != token_embd rows {emb.shape[1]}")
+    n_layer = meta.get(K.BLOCK_COUNT)
+    F = meta.get(K.FEED_FORWARD_LENGTH)
+    norm_eps = meta.get(K.RMS_EPSILON, 1e-6 if gemma else 1e-5)
+    rope_base = meta.get(K.ROPE_FREQ_BASE, 1e6 if gemma else 10000.0)
+    rope_scale = _rope_scale(meta)
+    sliding_window = meta.get(K.SLIDING_WINDOW, 0)
+    swa_pattern = meta.get(K.SLIDING_WINDOW_PATTERN, 6 if gemma else 0)
+    hp = HParams(arch=a, n_ctx_train=meta.get(K.CONTEXT_LENGTH, 2048))
+    QD, KVD = n_head * HD, n_head_kv * HD
     layers = []
-    for il in range(hp.n_layer):
+    for il in range(n_layer):
         p = f"blk.{il}."
         L = LayerDesc(
             attn_norm=ts.req(p + "attn_norm.weight", (E,), f32=True),
@@ -164,31 +142,31 @@ def build_desc(f: GGUFFile) -> tuple[HParams, ModelDesc]:
             bv=ts.get(p + "attn_v.bias", (KVD,), required=False, f32=True),
             q_norm=ts.get(p + "attn_q_norm.weight", (HD,), required=gemma, f32=True),
             k_norm=ts.get(p + "attn_k_norm.weight", (HD,), required=gemma, f32=True),
-            rope_base=hp.rope_base,
-            rope_scale=hp.rope_scale,
+            rope_base=rope_base,
+            rope_scale=rope_scale,
         )
         if gemma:
             L.attn_post_norm = ts.req(p + "post_attention_norm.weight", (E,), f32=True)
             L.ffn_post_norm = ts.req(p + "post_ffw_norm.weight", (E,), f32=True)
             # 5 of every 6 layers are local: sliding window, RoPE base 10000, no scaling (as llama.cpp)
-            if hp.swa_pattern and il % hp.swa_pattern < hp.swa_pattern - 1 and hp.sliding_window:
-                L.window = hp.sliding_window
+            if swa_pattern and il % swa_pattern < swa_pattern - 1 and sliding_window:
+                L.window = sliding_window
                 L.rope_base = 10000.0
                 L.rope_scale = 1.0
         layers.append(L)
     desc = ModelDesc(
         arch=ARCH_GEMMA3 if gemma else ARCH_LLAMA,
         act=ACT_GELU if gemma else ACT_SILU,
-        rope_neox=hp.arch in ("gemma3", "qwen2", "qwen3"),
-        n_layer=hp.n_layer,
+        rope_neox=a in ("gemma3", "qwen2", "qwen3"),
+        n_layer=n_layer,
         n_embd=E,
-        n_head=hp.n_head,
-        n_head_kv=hp.n_head_kv,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
         head_dim=HD,
-        n_rot=hp.n_rot,
+        n_rot=n_rot,
         n_ff=F,
         n_vocab=V,
-        norm_eps=hp.norm_eps,
+        norm_eps=norm_eps,
         emb_scale=math.sqrt(E) if gemma else 1.0,
         attn_scale=1.0 / math.sqrt(HD),
         tok_embd=ts.req("token_embd.weight", (E, V)),

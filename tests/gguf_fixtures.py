@@ -303,3 +303,107 @@ def assert_same_as_gguf_py(path: Path) -> None:
             # the ends of each tensor's bytes: same place in the file, without paging in 240 MB
             assert np.array_equal(ours.data[:64], raw[:64]) and np.array_equal(ours.data[-64:], raw[-64:])
         assert f.tensor(ref.tensors[-1].name) is f.tensors[-1]
+
+
+# --- a tiny model the engine runs (random F32 weights), for hostile-model and fuzz tests -----------
+
+TINY_PIECES = ["\u2581", "\u2581h", "\u2581hi", "h", "i", "\u2581a", "a", "b", "."]
+
+
+def tiny_vocab(kind: str) -> tuple[list[str], list[int], list[float], list[str]]:
+    """(tokens, token types, scores, merges) of a small SentencePiece ("spm") or byte-level BPE ("bpe")
+    vocabulary that can spell any text."""
+    from edgellama.tokenizers.bpe import BYTE_TO_UNICODE
+
+    if kind == "spm":
+        tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + TINY_PIECES
+        types = [2, 3, 3] + [6] * 256 + [1] * len(TINY_PIECES)
+        scores = [0.0] * 259 + [-float(i) for i in range(1, len(TINY_PIECES) + 1)]
+        return tokens, types, scores, []
+    merges = ["h i", "\u0120 h", "\u0120h i", "a b"]
+    tokens = ["<|endoftext|>"] + list(BYTE_TO_UNICODE) + ["hi", "\u0120h", "\u0120hi", "ab"]
+    types = [3] + [1] * (len(tokens) - 1)
+    return tokens, types, [], merges
+
+
+def write_tiny_model(path: Path, arch: str = "llama", vocab: str = "spm", seed: int = 0) -> Path:
+    """A complete model of arch (llama, qwen2 or gemma3) with 2 layers, n_embd 64, 4 heads (2 KV heads)
+    of 16 and F32 weights: a few hundred KB that loads and generates in milliseconds."""
+    rng = np.random.default_rng(seed)
+    tokens, types, scores, merges = tiny_vocab(vocab)
+    n_embd, n_head, n_head_kv, head_dim, n_ff, n_layer, n_vocab = 64, 4, 2, 16, 128, 2, len(tokens)
+    w = GGUFWriter(path, arch=arch)
+    for key, value in [("context_length", 256), ("embedding_length", n_embd), ("block_count", n_layer),
+                       ("feed_forward_length", n_ff), ("attention.head_count", n_head),
+                       ("attention.head_count_kv", n_head_kv), ("rope.dimension_count", head_dim)]:
+        w.add(f"{arch}.{key}", value, V.UINT32)
+    w.add(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6, V.FLOAT32)
+    w.add(f"{arch}.rope.freq_base", 10000.0, V.FLOAT32)
+    if arch == "gemma3":
+        w.add(f"{arch}.attention.key_length", head_dim, V.UINT32)
+        w.add(f"{arch}.attention.value_length", head_dim, V.UINT32)
+        w.add(f"{arch}.attention.sliding_window", 8, V.UINT32)
+    w.add("tokenizer.ggml.model", "llama" if vocab == "spm" else "gpt2")
+    if vocab == "bpe":
+        w.add("tokenizer.ggml.pre", "gpt-2")
+    w.add("tokenizer.ggml.tokens", tokens, V.ARRAY, V.STRING)
+    w.add("tokenizer.ggml.token_type", types, V.ARRAY, V.INT32)
+    if scores:
+        w.add("tokenizer.ggml.scores", np.array(scores, dtype=np.float32))
+    if merges:
+        w.add("tokenizer.ggml.merges", merges, V.ARRAY, V.STRING)
+    w.add("tokenizer.ggml.bos_token_id", 1 if vocab == "spm" else 0, V.UINT32)
+    w.add("tokenizer.ggml.eos_token_id", 2 if vocab == "spm" else 0, V.UINT32)
+    w.add("tokenizer.ggml.add_bos_token", vocab == "spm")
+
+    def mat(rows: int, cols: int) -> np.ndarray:  # numpy (rows, cols) = GGUF shape (cols, rows)
+        return (rng.standard_normal((rows, cols)) * 0.2).astype(np.float32)
+
+    def norm(n: int) -> np.ndarray:
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    w.add_tensor("token_embd.weight", mat(n_vocab, n_embd))
+    w.add_tensor("output_norm.weight", norm(n_embd))
+    qd, kvd = n_head * head_dim, n_head_kv * head_dim
+    for il in range(n_layer):
+        p = f"blk.{il}."
+        w.add_tensor(p + "attn_norm.weight", norm(n_embd))
+        w.add_tensor(p + "attn_q.weight", mat(qd, n_embd))
+        w.add_tensor(p + "attn_k.weight", mat(kvd, n_embd))
+        w.add_tensor(p + "attn_v.weight", mat(kvd, n_embd))
+        w.add_tensor(p + "attn_output.weight", mat(n_embd, qd))
+        w.add_tensor(p + "ffn_norm.weight", norm(n_embd))
+        w.add_tensor(p + "ffn_gate.weight", mat(n_ff, n_embd))
+        w.add_tensor(p + "ffn_up.weight", mat(n_ff, n_embd))
+        w.add_tensor(p + "ffn_down.weight", mat(n_embd, n_ff))
+        if arch == "qwen2":
+            w.add_tensor(p + "attn_q.bias", norm(qd) - 1.0)
+            w.add_tensor(p + "attn_k.bias", norm(kvd) - 1.0)
+            w.add_tensor(p + "attn_v.bias", norm(kvd) - 1.0)
+        if arch == "gemma3":
+            w.add_tensor(p + "attn_q_norm.weight", norm(head_dim))
+            w.add_tensor(p + "attn_k_norm.weight", norm(head_dim))
+            w.add_tensor(p + "post_attention_norm.weight", norm(n_embd))
+            w.add_tensor(p + "post_ffw_norm.weight", norm(n_embd))
+    return w.write()
+
+
+def rewrite_metadata(src: Path, dst: Path, changes: dict[str, tuple[Any, V, V | None] | None]) -> Path:
+    """dst = src with metadata changed: key -> (value, value type, element type), or None to remove
+    it; keys src lacks are added. Tensors are copied as they are."""
+    with GGUFFile(src) as f:
+        w = GGUFWriter(dst)
+        for k, value in f.metadata.items():
+            t = f.metadata_types[k]
+            if k in changes:
+                new = changes[k]
+                if new is not None:
+                    w.add(k, *new)
+                continue
+            w.add(k, value, t[0], t[1] if len(t) > 1 else None)
+        for k, new in changes.items():
+            if k not in f.metadata and new is not None:
+                w.add(k, *new)
+        for t in f.tensors:
+            w.add_tensor(t.name, t.data, t.shape, t.ggml_type)
+        return w.write()

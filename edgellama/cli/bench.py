@@ -9,7 +9,9 @@ import sys
 from typing import Any
 
 from edgellama.bench import bench
-from edgellama.cli.common import add_model_args, int_list, model_path
+from edgellama.cli.common import MAX_CTX, add_model_args, check_model_args, check_range, int_list, model_path
+
+MAX_REPETITIONS = 1000
 
 
 def add_parser(sub: Any) -> None:
@@ -24,12 +26,13 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.repetitions < 1:
-        raise ValueError("-r/--repetitions must be >= 1")
+    check_range("-r/--repetitions", args.repetitions, 1, MAX_REPETITIONS)
+    check_model_args(args)
+    for flag, sizes in (("-p/--n-prompt", args.n_prompt), ("-n/--n-gen", args.n_gen)):
+        for n in sizes:
+            check_range(flag, n, 0, MAX_CTX)
     from edgellama.llm import default_threads
 
-    if any(t > 64 for t in args.threads):
-        raise ValueError("-t/--threads must be in 0..64")
     threads = [t or default_threads() for t in args.threads]
     rows = bench(model_path(args), threads, args.n_prompt, args.n_gen, args.repetitions, args.ctx_size or 0,
                  args.cache_type, args.numerics)

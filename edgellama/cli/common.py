@@ -51,13 +51,24 @@ def model_path(args: argparse.Namespace) -> Path:
     return default_model_path()
 
 
+INT32_MAX = (1 << 31) - 1
+MAX_CTX = 1 << 24  # memplan.MAX_CTX, repeated so that `info` need not import numpy to check a flag
+MAX_THREADS = 64
+
+
+def check_range(flag: str, value: int, lo: int, hi: int) -> None:
+    """Refuses a flag's value outside lo..hi, naming the flag (before it reaches arithmetic or C)."""
+    if not lo <= value <= hi:
+        raise ValueError(f"{flag} {value} is out of range ({lo}..{hi})")
+
+
 def check_model_args(args: argparse.Namespace) -> None:
-    if args.ctx_size < 0:
-        raise ValueError("-c/--ctx-size must be >= 0")
-    if args.threads < 0 or args.threads > 64:
-        raise ValueError("-t/--threads must be in 0..64")
-    if args.batch_size < 1:
-        raise ValueError("-b/--batch-size must be >= 1")
+    """The flags of add_model_args (and info --plan's subset), each within what the engine takes."""
+    check_range("-c/--ctx-size", args.ctx_size, 0, MAX_CTX)
+    for t in args.threads if isinstance(args.threads, list) else [args.threads]:
+        check_range("-t/--threads", t, 0, MAX_THREADS)
+    check_range("-b/--batch-size", args.batch_size, 1, INT32_MAX)
+    check_range("--keep", getattr(args, "keep", 0), 0, INT32_MAX)
 
 
 def load(args: argparse.Namespace):  # -> LLM (import kept lazy: `info` must start fast)
@@ -67,8 +78,6 @@ def load(args: argparse.Namespace):  # -> LLM (import kept lazy: `info` must sta
     from edgellama.memplan import parse_size
 
     budget = parse_size(args.mem_budget) if args.mem_budget else None
-    if args.keep < 0:
-        raise ValueError("--keep must be >= 0")
     return LLM(model_path(args), n_ctx=args.ctx_size or None, n_batch=args.batch_size,
                n_threads=args.threads or None, kv_type=args.cache_type, mem_budget=budget, n_keep=args.keep,
                context_shift=not args.no_context_shift, numerics=args.numerics)

@@ -69,6 +69,22 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 # --- value formatting -----------------------------------------------------------------------------
 
 
+def printable(text: str) -> str:
+    """text with every character a terminal would act on (control characters, escape sequences'
+    ESC, newlines, bidirectional overrides, other non-printables) shown as a backslash escape, so a
+    name from a file can neither fake extra lines nor drive the terminal."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable():
+            out.append(ch)
+        else:
+            c = ord(ch)
+            out.append(f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" if c < 0x10000 else f"\\U{c:08x}")
+    return "".join(out)
+
+
 def _type_label(types: ValueTypes) -> str:
     if types[0] != GGUFValueType.ARRAY:
         return types[0].name.lower()
@@ -79,7 +95,7 @@ def _scalar_text(v: Any, vtype: GGUFValueType) -> str:
     if vtype == GGUFValueType.FLOAT32:
         return str(np.float32(v))  # the shortest text that is this float32, not its double expansion
     if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)  # quoted, newlines escaped: one line per key
+        return printable(json.dumps(v, ensure_ascii=False))  # quoted, newlines escaped: one line per key
     return str(v)
 
 
@@ -189,12 +205,13 @@ def report_text(f: GGUFFile, out: TextIO, tensors: bool, full: bool, sha: dict[s
     )
     if sha is not None:
         w(f"sha256        {sha['expected']} verified ({sha['source']})\n")
-    w(f"architecture  {f.architecture or '(none: no general.architecture key)'}\n")
+    arch = f.architecture
+    w(f"architecture  {printable(arch) if arch else '(none: no general.architecture key)'}\n")
     hp = hyperparameters(f)
     if hp:
-        width = max(len(s) for s in hp)
+        width = max(len(printable(s)) for s in hp)
         for short, key in sorted(hp.items()):
-            w(f"  {short:<{width}}  {value_text(f.metadata[key], f.metadata_types[key], full)}\n")
+            w(f"  {printable(short):<{width}}  {value_text(f.metadata[key], f.metadata_types[key], full)}\n")
 
     w("\ntensor types\n")
     rows = type_table(f)
@@ -210,19 +227,19 @@ def report_text(f: GGUFFile, out: TextIO, tensors: bool, full: bool, sha: dict[s
 
     w(f"\nmetadata ({len(f.metadata)} keys)\n")
     if f.metadata:
-        kw = max(len(k) for k in f.metadata)
+        kw = max(len(printable(k)) for k in f.metadata)
         tw = max(len(_type_label(t)) for t in f.metadata_types.values())
         for k, v in f.metadata.items():
             types = f.metadata_types[k]
-            w(f"  {k:<{kw}}  {_type_label(types):<{tw}}  {value_text(v, types, full)}\n")
+            w(f"  {printable(k):<{kw}}  {_type_label(types):<{tw}}  {value_text(v, types, full)}\n")
 
     if tensors:
         w(f"\ntensors ({len(f.tensors)})\n")
-        nw = max([len(t.name) for t in f.tensors] + [4])
+        nw = max([len(printable(t.name)) for t in f.tensors] + [4])
         w(f"  {'#':>4}  {'name':<{nw}}  {'shape':<22} {'type':<7} {'offset':>14} {'bytes':>12}\n")
         for i, t in enumerate(f.tensors):
             shape = " x ".join(str(d) for d in t.shape)
-            w(f"  {i:>4}  {t.name:<{nw}}  {shape:<22} {t.type_name:<7} {t.offset:>14,} {t.n_bytes:>12,}\n")
+            w(f"  {i:>4}  {printable(t.name):<{nw}}  {shape:<22} {t.type_name:<7} {t.offset:>14,} {t.n_bytes:>12,}\n")
 
 
 def system_text() -> str:
@@ -291,14 +308,15 @@ def _model_path(arg: Path | None) -> Path:
 
 def memory_plan(f: GGUFFile, args: argparse.Namespace) -> Any:
     """The plan edgellama run would make, from the header alone (no weights are read)."""
+    from edgellama.cli.common import check_model_args
     from edgellama.llm import DEFAULT_CTX, default_threads
     from edgellama.memplan import BudgetError, choose_plan, make_plan, parse_size
+    from edgellama.native.lib import KernelError
     from edgellama.wiring import ModelError, build_desc
 
     try:
         budget = parse_size(args.mem_budget) if args.mem_budget else None
-        if args.ctx_size < 0 or args.batch_size < 1 or args.threads < 0:
-            raise ValueError("-c, -b and -t must be positive")
+        check_model_args(args)
         hp, desc = build_desc(f)
         threads = args.threads or default_threads()
         train = hp.n_ctx_train or DEFAULT_CTX
@@ -308,7 +326,7 @@ def memory_plan(f: GGUFFile, args: argparse.Namespace) -> Any:
         except BudgetError:
             return make_plan(desc, args.ctx_size or 64, args.batch_size, args.cache_type, threads, budget,
                              args.numerics)
-    except (ModelError, ValueError) as exc:
+    except (ModelError, ValueError, KernelError) as exc:
         raise _Fail(str(exc), EXIT_BAD_MODEL) from None
 
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from edgellama.cli.common import add_model_args, load
+from edgellama.cli.common import INT32_MAX, add_model_args, check_range, load
 from edgellama.perplexity import perplexity
 
 
@@ -23,12 +23,17 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_range("--chunks", args.chunks, -1, INT32_MAX)
+    if args.chunks == 0:
+        raise ValueError("--chunks must be -1 (every chunk) or at least 1")
     path = Path(args.file)
     if not path.is_file():
         raise FileNotFoundError(f"text file not found: {path}")
     text = path.read_text(encoding="utf-8", errors="replace")
     llm = load(args)
     with llm:
+        if args.bos_id is not None:
+            check_range("--bos-id", args.bos_id, 0, llm.n_vocab - 1)
         n_ctx = llm.n_ctx
         t0 = time.perf_counter()
         # no BOS in front of the text: each chunk's first token is replaced by BOS instead (the

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from edgellama.cli.common import add_model_args, load
+from edgellama.cli.common import INT32_MAX, add_model_args, check_range, load
+from edgellama.session import check_session_path
 
 
 def add_parser(sub: Any) -> None:
@@ -76,8 +77,9 @@ def run(args: argparse.Namespace) -> int:
     from edgellama.sampling import Sampler, SamplerParams
 
     text = _prompt_text(args)
-    if args.n_predict < -1:
-        raise ValueError("-n/--n-predict must be >= -1")
+    check_range("-n/--n-predict", args.n_predict, -1, INT32_MAX)
+    if args.prompt_cache:
+        check_session_path(Path(args.prompt_cache))
     params = SamplerParams(temp=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                            repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
                            mirostat=args.mirostat, mirostat_lr=args.mirostat_lr,

@@ -14,6 +14,7 @@ import mmap
 import os
 import stat
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
@@ -139,6 +140,15 @@ class GGUFTensor:
             else:
                 self._data = np.frombuffer(self._buf, dtype=np.uint8, count=self.n_bytes, offset=self.offset)
         return self._data
+
+
+def _guard(mm: mmap.mmap, path: Path) -> Callable[[], object] | None:
+    """Registers the mapping with the C library's SIGBUS handler, when the library is built."""
+    try:
+        from edgellama.native.sigbus import guard
+    except (ImportError, AttributeError, OSError):  # no C extension (or one built before the handler):
+        return None  # the reader works without it, e.g. `info` from a source tree
+    return guard(mm, path)
 
 
 class _Parser:
@@ -275,7 +285,8 @@ class GGUFFile:
     The mapping lives until close() (or the end of a ``with`` block); numpy views taken from it keep it
     alive past close() rather than dangling, so data handed out stays valid. As with any mmap, a file
     truncated by another process while mapped makes later access to the lost pages raise SIGBUS:
-    replace model files by rename, never rewrite them in place.
+    replace model files by rename, never rewrite them in place. With the C library built, the
+    mapping is registered with its SIGBUS handler, which then exits with one line naming the file.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -286,6 +297,7 @@ class GGUFFile:
         self._by_name: dict[str, GGUFTensor] = {}
         self._value_pos: dict[str, int] = {}  # key -> offset of its value, for raw()
         self._mm: mmap.mmap | None = None
+        self._unguard: Callable[[], object] | None = None
         try:
             # A FIFO or device would block open() or have no size: only regular files are mapped.
             if not stat.S_ISREG(os.stat(self.path).st_mode):
@@ -302,6 +314,7 @@ class GGUFFile:
         except ValueError as exc:  # mmap's own complaints (e.g. a file that shrank to 0 meanwhile)
             raise GGUFError(f"{self.path}: cannot map: {exc}", 0) from None
         self.file_size = len(self._mm)
+        self._unguard = _guard(self._mm, self.path)
         try:
             self._parse(_Parser(self._mm, self.file_size, str(self.path)))
         except BaseException:
@@ -463,7 +476,9 @@ class GGUFFile:
             try:
                 mm.close()
             except BufferError:
-                pass  # numpy views still use the mapping; it is unmapped when the last one goes
+                return  # numpy views still use the mapping; it is unmapped (and unguarded) when the last one goes
+            if self._unguard is not None:
+                self._unguard()
 
     def __enter__(self) -> Self:
         return self

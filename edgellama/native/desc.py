@@ -3,10 +3,15 @@ settings. Plain data (no C import), filled by the model wiring and handed to the
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+
+# The ranges of the C types the description is handed over in (int32_t and float fields).
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 ARCH_LLAMA = 1
 ARCH_GEMMA3 = 2
@@ -72,3 +77,36 @@ class ModelDesc:
     output_norm: TensorRef
     output: TensorRef | None
     layers: list[LayerDesc] = field(default_factory=list)
+
+
+def c_int32(what: str, value: int) -> int:
+    """value, refused with a ValueError naming it unless it fits a C int32_t."""
+    if not INT32_MIN <= value <= INT32_MAX:
+        raise ValueError(f"{what} = {value} does not fit a 32-bit integer")
+    return int(value)
+
+
+def c_float(what: str, value: float) -> float:
+    """value, refused unless it is a finite number that fits a C float."""
+    if not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
+        raise ValueError(f"{what} = {value} is not a finite 32-bit float")
+    return float(value)
+
+
+_DESC_INTS = ("n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "n_rot", "n_ff", "n_vocab")
+_DESC_FLOATS = ("norm_eps", "emb_scale", "attn_scale")
+
+
+def check_c_ranges(desc: ModelDesc) -> None:
+    """Every number of desc fits the C field it is copied into (the wiring refuses bad metadata with
+    the key's name first; this is the last check before C, for descriptions built by other code)."""
+    for name in _DESC_INTS:
+        c_int32(f"model {name}", getattr(desc, name))
+    for name in _DESC_FLOATS:
+        c_float(f"model {name}", getattr(desc, name))
+    if len(desc.layers) != desc.n_layer:
+        raise ValueError(f"model has {len(desc.layers)} layer descriptions for n_layer {desc.n_layer}")
+    for i, L in enumerate(desc.layers):
+        c_float(f"layer {i} rope_base", L.rope_base)
+        c_float(f"layer {i} rope_scale", L.rope_scale)
+        c_int32(f"layer {i} window", L.window)

@@ -10,7 +10,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from edgellama.native.desc import LAYER_TENSORS, ModelDesc, TensorRef
+from edgellama.native.desc import (
+    INT32_MAX,
+    INT32_MIN,
+    LAYER_TENSORS,
+    ModelDesc,
+    TensorRef,
+    c_int32,
+    check_c_ranges,
+)
 from edgellama.native.lib import KernelError, check, ffi, lib
 
 KV_TYPES = {"f32": 0, "f16": 1, "q8_0": 8}
@@ -56,6 +64,7 @@ def _fill_tensor(dst: Any, t: TensorRef | None, keep: list[Any]) -> None:
 
 def _c_desc(desc: ModelDesc) -> tuple[Any, list[Any]]:
     """The C el_model_desc for desc, plus the cffi objects that must outlive it."""
+    check_c_ranges(desc)
     keep: list[Any] = []
     layers = ffi.new("el_layer[]", len(desc.layers))
     keep.append(layers)
@@ -94,6 +103,8 @@ def plan_bytes(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_thread
     (scratch includes what the numerics mode adds)."""
     if kv_type not in KV_TYPES:
         raise ValueError(f"unknown KV cache type {kv_type!r} (choose from {', '.join(KV_TYPES)})")
+    n_ctx, n_batch = c_int32("n_ctx", n_ctx), c_int32("n_batch", n_batch)
+    n_threads = c_int32("n_threads", n_threads)
     d, _keep = _c_desc(desc)
     kv = ffi.new("size_t *")
     scratch = ffi.new("size_t *")
@@ -115,7 +126,7 @@ class Engine:
             raise ValueError(f"unknown KV cache type {kv_type!r} (choose from {', '.join(KV_TYPES)})")
         self.desc = desc
         self.pool = pool
-        self.n_ctx = int(n_ctx)
+        self.n_ctx = c_int32("n_ctx", n_ctx)
         self.n_batch = int(min(n_batch, n_ctx))
         self.kv_type = kv_type
         d, keep = _c_desc(desc)
@@ -150,10 +161,16 @@ class Engine:
     def eval(self, tokens: list[int] | npt.NDArray[np.int32], pos0: int, all_logits: bool = False
              ) -> npt.NDArray[np.float32]:
         """Logits of the last token (a reused buffer: copy it to keep it), or of every token."""
-        toks = np.ascontiguousarray(np.asarray(tokens, dtype=np.int32))
-        n = toks.size
+        try:  # int64 first: an id beyond int32 must be refused, not wrapped (C checks the vocabulary)
+            ids = np.asarray(tokens, dtype=np.int64)
+        except OverflowError:
+            raise ValueError("a token id does not fit a 32-bit integer") from None
+        n = ids.size
         if n == 0 or n > self.n_batch:
             raise ValueError(f"a batch holds 1..{self.n_batch} tokens, got {n}")
+        if int(ids.min()) < INT32_MIN or int(ids.max()) > INT32_MAX:
+            raise ValueError("a token id does not fit a 32-bit integer")
+        toks = np.ascontiguousarray(ids.astype(np.int32))
         out = np.empty((n, self.desc.n_vocab), dtype=np.float32) if all_logits else self._logits
         status = lib.el_model_eval(self._ptr, ffi.from_buffer("int32_t[]", toks), n, int(pos0),
                                    ffi.from_buffer("float[]", out), int(all_logits))

@@ -17,11 +17,14 @@ llama.cpp's src/llama-vocab.cpp is the specification; the rules kept from it, by
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from edgellama.gguf import metadata as K
+from edgellama.gguf.metadata import Metadata, MetadataError
 from edgellama.tokenizers.bpe import BPEMerger, byte_decode, parse_merges
 from edgellama.tokenizers.pretokenize import PreTokenizer
 from edgellama.tokenizers.spm import spm_tokenize
@@ -61,9 +64,11 @@ FIM_SEP_TEXTS = ("<|file_sep|>",)
 ALWAYS_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
 
 
-def _get(md: Mapping[str, Any], key: str, default: Any = None) -> Any:
-    v = md.get(key, default)
-    return default if v is None else v
+_BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+
+def _as_metadata(md: Mapping[str, Any] | Metadata) -> Metadata:
+    return md if isinstance(md, Metadata) else Metadata(md)
 
 
 class Tokenizer:
@@ -71,12 +76,12 @@ class Tokenizer:
 
     vocab_type = ""  # "spm" or "bpe"
 
-    def __init__(self, md: Mapping[str, Any], *, default_bos: int | None, default_eos: int | None,
-                 default_add_bos: bool, default_add_space_prefix: bool) -> None:  # fmt: skip
-        tokens = [str(t) for t in md["tokenizer.ggml.tokens"]]
+    def __init__(self, md: Metadata, *, default_bos: int | None, default_eos: int | None,
+                 default_add_bos: bool, default_add_space_prefix: bool, n_rows: int | None = None) -> None:  # fmt: skip
+        tokens: list[str] = md.get(K.TOKENS)
         n = len(tokens)
-        if n == 0:
-            raise ValueError("tokenizer.ggml.tokens is empty")
+        if n_rows is not None and n != n_rows:
+            raise MetadataError(f"{K.TOKENS.name} has {n} entries, but token_embd.weight has {n_rows} rows")
         for i, t in enumerate(tokens):
             if not t:  # llama.cpp's placeholder for an empty entry
                 tokens[i] = f"[EMPTY_{i}]"
@@ -90,28 +95,31 @@ class Tokenizer:
                     raise ValueError(f"duplicate token in vocabulary: {t!r} has ids {seen[t]} and {i}")
                 seen[t] = i
 
-        types = md.get("tokenizer.ggml.token_type")
-        if types is None:
+        tarr = md.optional(K.TOKEN_TYPE)
+        if tarr is None:
             attrs = np.full(n, ATTR_NORMAL, dtype=np.int64)
         else:
-            tarr = np.asarray(types, dtype=np.int64)
-            if tarr.shape[0] < n:
-                raise ValueError(f"tokenizer.ggml.token_type has {tarr.shape[0]} entries for {n} tokens")
-            attrs = _TYPE_TO_ATTR[np.clip(tarr[:n], 0, 7)]
+            if tarr.shape[0] != n:
+                raise MetadataError(f"{K.TOKEN_TYPE.name} has {tarr.shape[0]} entries for {n} tokens")
+            attrs = _TYPE_TO_ATTR[np.clip(tarr, 0, 7)]
+            for i in np.nonzero(tarr == TYPE_BYTE)[0].tolist():
+                if not _BYTE_TOKEN.fullmatch(tokens[i]):
+                    raise MetadataError(f"{K.TOKEN_TYPE.name} marks token {i} ({tokens[i]!r}) as BYTE, "
+                                        f"but it is not of the form <0xNN>")
         self._attrs: list[int] = attrs.tolist()
 
-        def key_id(key: str, default: int | None) -> int | None:
-            v = md.get(key)
-            if v is not None and 0 <= int(v) < n:
+        def key_id(key: K.Key, default: int | None) -> int | None:
+            v = md.optional(key)
+            if v is not None and 0 <= v < n:
                 return int(v)
             return default if default is not None and 0 <= default < n else None
 
-        self.bos_id: int | None = key_id("tokenizer.ggml.bos_token_id", default_bos)
-        self.eos_id: int | None = key_id("tokenizer.ggml.eos_token_id", default_eos)
-        self.unk_id: int | None = key_id("tokenizer.ggml.unknown_token_id", None)
-        self.add_bos = bool(_get(md, "tokenizer.ggml.add_bos_token", default_add_bos))
-        self.add_eos = bool(_get(md, "tokenizer.ggml.add_eos_token", False))
-        self.add_space_prefix = bool(_get(md, "tokenizer.ggml.add_space_prefix", default_add_space_prefix))
+        self.bos_id: int | None = key_id(K.BOS_ID, default_bos)
+        self.eos_id: int | None = key_id(K.EOS_ID, default_eos)
+        self.unk_id: int | None = key_id(K.UNK_ID, None)
+        self.add_bos: bool = md.get(K.ADD_BOS, default_add_bos)
+        self.add_eos: bool = md.get(K.ADD_EOS, False)
+        self.add_space_prefix: bool = md.get(K.ADD_SPACE_PREFIX, default_add_space_prefix)
         if self.add_bos and self.bos_id is None:
             raise ValueError(
                 "tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set"
@@ -121,16 +129,16 @@ class Tokenizer:
                 "tokenizer.ggml.add_eos_token is true, but tokenizer.ggml.eos_token_id is not set"
             )
 
-        def key_or_text(key: str, texts: Sequence[str]) -> int | None:
+        def key_or_text(key: K.Key, texts: Sequence[str]) -> int | None:
             tid = key_id(key, None)
             return self._find_control(texts) if tid is None else tid
 
-        self.eot_id: int | None = key_or_text("tokenizer.ggml.eot_token_id", EOT_TEXTS)
-        eom = key_or_text("tokenizer.ggml.eom_token_id", EOM_TEXTS)
+        self.eot_id: int | None = key_or_text(K.EOT_ID, EOT_TEXTS)
+        eom = key_or_text(K.EOM_ID, EOM_TEXTS)
         fim = [
-            key_or_text("tokenizer.ggml.fim_pad_token_id", FIM_PAD_TEXTS),
-            key_or_text("tokenizer.ggml.fim_rep_token_id", FIM_REP_TEXTS),
-            key_or_text("tokenizer.ggml.fim_sep_token_id", FIM_SEP_TEXTS),
+            key_or_text(K.FIM_PAD_ID, FIM_PAD_TEXTS),
+            key_or_text(K.FIM_REP_ID, FIM_REP_TEXTS),
+            key_or_text(K.FIM_SEP_ID, FIM_SEP_TEXTS),
         ]
         # control tokens whose name says "unused" are unused (Gemma's <unusedN>)
         for i in np.nonzero(attrs & ATTR_CONTROL)[0].tolist():
@@ -284,20 +292,16 @@ class SPMTokenizer(Tokenizer):
 
     vocab_type = "spm"
 
-    def __init__(self, md: Mapping[str, Any]) -> None:
+    def __init__(self, md: Metadata, n_rows: int | None = None) -> None:
         super().__init__(
-            md, default_bos=1, default_eos=2, default_add_bos=True, default_add_space_prefix=True
+            md, default_bos=1, default_eos=2, default_add_bos=True, default_add_space_prefix=True, n_rows=n_rows
         )
-        scores = md.get("tokenizer.ggml.scores")
+        scores = md.optional(K.SCORES)
+        if scores is not None and len(scores) != self.n_vocab:
+            raise MetadataError(f"{K.SCORES.name} has {len(scores)} entries for {self.n_vocab} tokens")
         self.scores: list[float] = (
-            [0.0] * self.n_vocab
-            if scores is None
-            else np.asarray(scores, dtype=np.float32)[: self.n_vocab].tolist()
+            [0.0] * self.n_vocab if scores is None else scores.astype(np.float32).tolist()
         )
-        if len(self.scores) < self.n_vocab:
-            raise ValueError(
-                f"tokenizer.ggml.scores has {len(self.scores)} entries for {self.n_vocab} tokens"
-            )
         # llama.cpp's byte_to_token: "<0xNN>", else the byte itself as a one-character token
         self.byte_ids: list[int | None] = []
         for b in range(256):
@@ -329,15 +333,14 @@ class BPETokenizer(Tokenizer):
 
     vocab_type = "bpe"
 
-    def __init__(self, md: Mapping[str, Any]) -> None:
-        pre_name = str(_get(md, "tokenizer.ggml.pre", "default"))
-        self.pre = PreTokenizer(pre_name)
+    def __init__(self, md: Metadata, n_rows: int | None = None) -> None:
+        self.pre = PreTokenizer(md.get(K.TOKENIZER_PRE, "default"))
         super().__init__(md, default_bos=11, default_eos=11, default_add_bos=self.pre.spec.add_bos_default,
-                         default_add_space_prefix=False)  # fmt: skip
-        merges = md.get("tokenizer.ggml.merges")
+                         default_add_space_prefix=False, n_rows=n_rows)  # fmt: skip
+        merges = md.optional(K.MERGES)
         if merges is None:
-            raise ValueError("cannot find tokenizer.ggml.merges for a gpt2 (BPE) vocabulary")
-        self.ranks = parse_merges([str(m) for m in merges])
+            raise MetadataError(f"cannot find {K.MERGES.name} for a gpt2 (BPE) vocabulary")
+        self.ranks = parse_merges(merges)
         self.merger = BPEMerger(self.token_to_id, self.ranks, ignore_merges=self.pre.spec.ignore_merges)
 
     def _normal_bytes(self, text: str) -> bytes:
@@ -393,15 +396,13 @@ def _complete_prefix_len(buf: bytes) -> int:
     return n
 
 
-def tokenizer_from_metadata(md: Mapping[str, Any]) -> Tokenizer:
-    """The tokenizer a GGUF file's metadata describes (keys `tokenizer.ggml.*`)."""
-    model = md.get("tokenizer.ggml.model")
-    if model is None:
-        raise ValueError("GGUF metadata has no tokenizer.ggml.model")
-    if "tokenizer.ggml.tokens" not in md:
-        raise ValueError("GGUF metadata has no tokenizer.ggml.tokens")
+def tokenizer_from_metadata(md: Mapping[str, Any] | Metadata, n_rows: int | None = None) -> Tokenizer:
+    """The tokenizer a GGUF file's metadata describes (keys `tokenizer.ggml.*`), typed-checked; with
+    n_rows (the embedding's rows) the vocabulary must have exactly that many tokens."""
+    meta = _as_metadata(md)
+    model = meta.get(K.TOKENIZER_MODEL)
     if model == "llama":
-        return SPMTokenizer(md)
+        return SPMTokenizer(meta, n_rows)
     if model == "gpt2":
-        return BPETokenizer(md)
+        return BPETokenizer(meta, n_rows)
     raise ValueError(f"unsupported tokenizer model tokenizer.ggml.model = {model!r} (supported: llama, gpt2)")
