@@ -158,10 +158,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.seed < -1:
         raise ValueError("-s/--seed must be >= 0, or -1 for a random seed")
     out, err = sys.stdout, sys.stderr
-    if args.seed == -1:
+    random_seed = args.seed == -1
+    if random_seed:
         args.seed = random.SystemRandom().randrange(2**32)
-        if args.temp > 0 or args.mirostat:  # greedy decoding draws nothing: no seed to report
-            err.write(f"edgellama: seed = {args.seed}\n")
     params = SamplerParams(temp=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                            repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
                            mirostat=args.mirostat, mirostat_lr=args.mirostat_lr,
@@ -174,6 +173,8 @@ def _run(args: argparse.Namespace) -> int:
     llm = load(args)
     with llm:
         fmt = llm.chat if chat else None  # a model without a chat template stops here, before any output
+        if random_seed and (args.temp > 0 or args.mirostat):  # greedy decoding draws nothing: no seed to report
+            err.write(f"edgellama: seed = {args.seed}\n")
         if args.prompt_cache and Path(args.prompt_cache).exists():
             from edgellama.session import SessionError
 
