@@ -160,3 +160,16 @@ def test_hints_name_the_fix_for_a_source_checkout() -> None:
     assert source_checkout() == ROOT  # the tests import the checkout
     assert "pip install -e '.[model]'" in install_hint()
     assert "pip install -e '.[test,model]'" in _not_built_hint() and str(ROOT) in _not_built_hint()
+
+
+def test_ci_runs_exactly_the_readme_install_and_test_commands() -> None:
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    setup = re.search(r"## Set up.*?```sh\n(.*?)```", readme, re.DOTALL)
+    test = re.search(r"## Test\n+```sh\n(.*?)```", readme, re.DOTALL)
+    assert setup and test
+    install, test_cmd = setup.group(1).splitlines()[0], test.group(1).strip()
+    assert install == "pip install -e '.[test,model]'" and test_cmd == "python3 -m pytest -q -rs"
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert install in ci and test_cmd in ci
