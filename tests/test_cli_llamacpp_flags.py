@@ -173,3 +173,22 @@ def test_ci_runs_exactly_the_readme_install_and_test_commands() -> None:
     assert install == "pip install -e '.[test,model]'" and test_cmd == "python3 -m pytest -q -rs"
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert install in ci and test_cmd in ci
+
+
+def test_system_prompt_goes_through_the_models_template(smollm2_path: Path) -> None:
+    """-sys/--system-prompt in a one-turn conversation: the prompt is llama-cpp-python's rendering of
+    the same messages (its token count from chat.json); --color adds nothing off a terminal."""
+    from conftest import REFERENCE_DIRS, load_reference
+
+    case = load_reference("chat.json", REFERENCE_DIRS["smollm2"])["cases"][2]
+    system, user = case["messages"][0]["content"], case["messages"][1]["content"]
+    p = _cli("run", "-m", str(smollm2_path), "-cnv", "-st", "--system-prompt", system, "-p", user, "-n", "1",
+             "--temp", "0", "-c", "128", "--json")
+    assert p.returncode == 0, p.stderr
+    assert _events(p)[0] == {"event": "prompt", "n_tokens": len(case["prompt_ids"])}
+    p = _cli("run", "-m", str(smollm2_path), "-sys", system, "--chat", "-p", user, "-n", "1", "--temp", "0",
+             "-c", "128", "--color")
+    assert p.returncode == 0 and p.stdout.startswith(user + "\n\n") and "\x1b" not in p.stdout
+    p = _cli("run", "-m", str(smollm2_path), "-cnv", "-no-cnv", "-p", user, "-n", "1", "--temp", "0", "-c", "64",
+             "--json")
+    assert _events(p)[0]["n_tokens"] < len(case["prompt_ids"]) // 2  # plain completion: no template
