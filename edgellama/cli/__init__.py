@@ -46,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    if getattr(args, "json", False):
+        from edgellama import progress
+
+        progress.silence()
     try:
         return int(handler(args) or 0)
     except KeyboardInterrupt:
