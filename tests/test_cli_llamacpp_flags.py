@@ -153,6 +153,33 @@ def test_progress_stays_off_pipes(smollm2_path: Path, tmp_path: Path) -> None:
     assert "[1]" not in p.stderr + p.stdout and p.stdout.startswith("Final estimate: PPL = ")
 
 
+def test_progress_shows_on_a_terminal(smollm2_path: Path, tmp_path: Path) -> None:
+    """The same perplexity run with stderr on a pseudo-terminal: llama.cpp's per-chunk values appear
+    there, and stdout (a pipe) still carries only the result."""
+    import pty
+
+    text = tmp_path / "t.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 20)
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "edgellama.cli", "perplexity", "-m", str(smollm2_path), "-f",
+                             str(text), "-c", "64", "--chunks", "1"], stdout=subprocess.PIPE, stderr=slave,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT, text=True)
+    os.close(slave)
+    out, _ = proc.communicate(timeout=600)
+    err = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        err += chunk
+    os.close(master)
+    assert proc.returncode == 0, err
+    assert b"[1]" in err and out.startswith("Final estimate: PPL = ") and "[1]" not in out
+
+
 def test_hints_name_the_fix_for_how_edgellama_was_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     from edgellama import default_model
     from edgellama.native.lib import _not_built_hint
