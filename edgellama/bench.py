@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from edgellama.progress import note
+
 
 def _time_pp(llm: Any, toks: list[int]) -> float:
     llm.reset()
@@ -28,7 +30,8 @@ def _time_tg(llm: Any, first: int, n: int) -> float:
 
 
 def bench(path: Any, threads: list[int], n_prompt: list[int], n_gen: list[int], reps: int, n_ctx: int,
-          kv_type: str, numerics: str = "native") -> list[dict[str, Any]]:
+          kv_type: str, numerics: str = "native", progress: bool = False) -> list[dict[str, Any]]:
+    """progress: a line per test on stderr when it is a terminal."""
     from edgellama.llm import LLM
     from edgellama.native.kernels import isa
 
@@ -47,6 +50,8 @@ def bench(path: Any, threads: list[int], n_prompt: list[int], n_gen: list[int], 
                         return _time_pp(llm, toks) if kind == "pp" else _time_tg(llm, toks[0], n)
 
                     run_once()  # warm-up: page in the weights, settle the pool
+                    if progress:
+                        note(f"bench: {kind}{n} at {t} threads, {reps} repetitions")
                     rates = [n / run_once() for _ in range(reps)]
                     rows.append({
                         "model": llm.path.name, "size_bytes": llm.path.stat().st_size, "arch": llm.hp.arch,

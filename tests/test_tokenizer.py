@@ -227,7 +227,7 @@ def test_load_and_encode_speed_with_the_262k_vocab(gemma_path: Path) -> None:
     t0 = time.perf_counter()
     tok = tokenizer_from_metadata(md)
     t_load = time.perf_counter() - t0
-    text = (SHARED_REFERENCE / "ppl-text.txt").read_text()
+    text = (reference_dir() / "ppl-text.txt").read_text()
     t0 = time.perf_counter()
     ids = tok.encode(text)
     t_enc = time.perf_counter() - t0

@@ -1,7 +1,10 @@
-"""The `edgellama` command: one subcommand per job (run, perplexity, bench, info, serve).
+"""The `edgellama` command: one subcommand per job (run, perplexity, bench, info, pull, list).
 
 Every expected failure (bad file, bad flag, missing model, prompt too long) ends as one line on
-stderr and a non-zero exit, never a traceback.
+stderr, `edgellama: error: ...`, and a non-zero exit, never a traceback. Exit status, the same in
+every subcommand: 0 done; 1 the work failed (bad model file, bad value, prompt too long, checksum
+mismatch); 2 usage error or missing input (unknown flag, no such file, model not installed or not
+pulled); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -10,31 +13,19 @@ import argparse
 import sys
 from collections.abc import Callable
 
-EXIT_ERROR = 1
+from edgellama.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, Parser, expected_errors
 
-
-def expected_errors() -> tuple[type[BaseException], ...]:
-    from edgellama.default_model import ModelNotAvailable
-    from edgellama.gguf.reader import GGUFError
-
-    errs: list[type[BaseException]] = [GGUFError, ModelNotAvailable, OSError, ValueError]
-    try:
-        from edgellama.native.lib import KernelError
-
-        errs.append(KernelError)
-    except ImportError:
-        pass
-    return tuple(errs)
+__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_USAGE", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from edgellama.cli import bench, info, perplexity, run
+    from edgellama.cli import bench, info, models, perplexity, run
 
-    p = argparse.ArgumentParser(prog="edgellama", description="Offline LLM inference for small boards (GGUF).")
+    p = Parser(prog="edgellama", description="Offline LLM inference for small boards (GGUF).")
     p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for mod in (run, perplexity, bench, info):
+    for mod in (run, perplexity, bench, info, models):
         mod.add_parser(sub)
     return p
 
@@ -45,20 +36,30 @@ def _version() -> str:
     return f"edgellama {__version__}"
 
 
+def _missing_input(exc: BaseException) -> bool:
+    from edgellama.default_model import ModelNotAvailable
+
+    return isinstance(exc, (FileNotFoundError, ModelNotAvailable))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    if getattr(args, "json", False):
+        from edgellama import progress
+
+        progress.silence()
     try:
         return int(handler(args) or 0)
     except KeyboardInterrupt:
         print("edgellama: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
     except expected_errors() as exc:
         print(f"edgellama: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_USAGE if _missing_input(exc) else EXIT_ERROR
 
 
 if __name__ == "__main__":

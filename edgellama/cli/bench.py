@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     threads = [t or default_threads() for t in args.threads]
     rows = bench(model_path(args), threads, args.n_prompt, args.n_gen, args.repetitions, args.ctx_size or 0,
-                 args.cache_type, args.numerics)
+                 args.cache_type, args.numerics, progress=not args.json)
     if args.json:
         json.dump(rows, sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -1,9 +1,41 @@
-"""Flags shared by the subcommands that load a model (-m, -c, -t, -b, --cache-type)."""
+"""Flags shared by the subcommands that load a model (-m, -c, -t, -b, --cache-type, llama.cpp's
+GPU flags that mean nothing here), the parser every subcommand uses, and the exit codes."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import Any, NoReturn
+
+EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+
+
+class Parser(argparse.ArgumentParser):
+    """No abbreviations (llama.cpp's `-fa`, `-ngl`, `-cnv` must never parse as `-f a`, `-n gl`, `-c nv`
+    or as a prefix of a longer flag), and usage errors in the one `edgellama: error:` form, exit 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"edgellama: error: {message}\n")
+
+
+def expected_errors() -> tuple[type[BaseException], ...]:
+    from edgellama.default_model import ModelNotAvailable
+    from edgellama.gguf.reader import GGUFError
+
+    errs: list[type[BaseException]] = [GGUFError, ModelNotAvailable, OSError, ValueError]
+    try:
+        from edgellama.native.lib import KernelError
+
+        errs.append(KernelError)
+    except (ImportError, ValueError):  # not built, or a bad EDGELLAMA_ISA: reported where it is used
+        pass
+    return tuple(errs)
 
 
 def int_list(s: str) -> list[int]:
@@ -16,8 +48,34 @@ def int_list(s: str) -> list[int]:
     return vals
 
 
+class _Ignored(argparse.Action):
+    """A llama.cpp flag with no meaning here: accepted, and said so once on stderr."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"edgellama: {option_string} is ignored ({self.help})", file=sys.stderr)
+
+
+def add_ignored_args(p: argparse.ArgumentParser) -> None:
+    """llama.cpp's GPU / backend / memory-mapping flags, so its command lines run unchanged."""
+    g = p.add_argument_group("llama.cpp flags accepted and ignored (one stderr line each)")
+    cpu = "no GPU offload: everything runs on this CPU"
+    g.add_argument("-ngl", "--gpu-layers", "--n-gpu-layers", metavar="N", action=_Ignored, help=cpu)
+    g.add_argument("-fa", "--flash-attn", nargs="?", metavar="on|off|auto", action=_Ignored,
+                   help="attention is one fused CPU kernel")
+    g.add_argument("-dev", "--device", metavar="DEV", action=_Ignored, help=cpu)
+    g.add_argument("-sm", "--split-mode", metavar="MODE", action=_Ignored, help=cpu)
+    g.add_argument("-mg", "--main-gpu", metavar="N", action=_Ignored, help=cpu)
+    g.add_argument("-ts", "--tensor-split", metavar="SPLIT", action=_Ignored, help=cpu)
+    g.add_argument("-nkvo", "--no-kv-offload", nargs=0, action=_Ignored, help=cpu)
+    g.add_argument("--no-mmap", nargs=0, action=_Ignored, help="weights are always used in place from the mmapped file")
+    g.add_argument("--mlock", nargs=0, action=_Ignored, help="pages are not locked")
+    g.add_argument("--numa", metavar="MODE", action=_Ignored, help="no NUMA placement")
+
+
 def add_model_args(p: argparse.ArgumentParser, threads_list: bool = False) -> None:
-    p.add_argument("-m", "--model", help="GGUF model file (default: the bundled Gemma 3 270M)")
+    p.add_argument("-m", "--model",
+                   help="GGUF file or a model name from `edgellama list` (default: the bundled Gemma 3 270M)")
     p.add_argument("-c", "--ctx-size", type=int, default=0, help="context size in tokens (default: 4096 or the model's)")
     if threads_list:
         p.add_argument("-t", "--threads", type=int_list, default=[0], help="thread counts, e.g. 1,2")
@@ -36,13 +94,18 @@ def add_model_args(p: argparse.ArgumentParser, threads_list: bool = False) -> No
     p.add_argument("--numerics", choices=("native", "llamacpp"), default="native",
                    help="native: this CPU's fastest kernels; llamacpp: llama.cpp's own order of every float "
                         "operation (its x86 build), so logits and greedy text equal llama.cpp's bit for bit")
+    add_ignored_args(p)
 
 
 def model_path(args: argparse.Namespace) -> Path:
     if args.model:
+        from edgellama.registry import MODELS, known, resolve
+
         path = Path(args.model)
+        if not path.exists() and known(args.model):
+            return resolve(args.model)
         if not path.exists():
-            raise FileNotFoundError(f"model file not found: {path}")
+            raise FileNotFoundError(f"model file not found: {path} (or a name: {', '.join(MODELS)})")
         if not path.is_file():
             raise ValueError(f"model path is not a file: {path}")
         return path
@@ -80,4 +143,5 @@ def load(args: argparse.Namespace):  # -> LLM (import kept lazy: `info` must sta
     budget = parse_size(args.mem_budget) if args.mem_budget else None
     return LLM(model_path(args), n_ctx=args.ctx_size or None, n_batch=args.batch_size,
                n_threads=args.threads or None, kv_type=args.cache_type, mem_budget=budget, n_keep=args.keep,
-               context_shift=not args.no_context_shift, numerics=args.numerics)
+               context_shift=not args.no_context_shift, numerics=args.numerics,
+               chat_format=getattr(args, "chat_template", None), seed=getattr(args, "seed", None))

@@ -44,6 +44,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "Reads only the file header, unless a checksum is verified.",
     )
     p.add_argument("model", nargs="?", type=Path, help="GGUF file (default: the installed default model)")
+    p.add_argument("-m", "--model", dest="model_opt", type=Path, metavar="MODEL",
+                   help="the same as MODEL, as the other commands take it (also a name from `edgellama list`)")
     p.add_argument("--tensors", action="store_true", help="also print the tensor table")
     p.add_argument("--full", action="store_true", help="print long arrays and strings whole")
     p.add_argument("--json", action="store_true", help="print everything as one JSON object")
@@ -296,12 +298,11 @@ def check_sha256(model: Path, given: str | None) -> dict[str, Any] | None:
 
 
 def _model_path(arg: Path | None) -> Path:
-    if arg is not None:
-        return arg
     from edgellama.default_model import ModelNotAvailable, default_model_path
+    from edgellama.registry import resolve_model
 
     try:
-        return default_model_path()
+        return resolve_model(arg) if arg is not None else default_model_path()
     except ModelNotAvailable as exc:
         raise _Fail(str(exc), EXIT_NO_MODEL) from None
 
@@ -335,7 +336,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.system and not args.json:
             out.write(system_text())
-        path = _model_path(args.model)
+        if args.model is not None and args.model_opt is not None:
+            raise _Fail("give the model once: MODEL or -m MODEL", EXIT_NO_MODEL)
+        path = _model_path(args.model_opt if args.model_opt is not None else args.model)
         if not path.exists():
             raise _Fail(f"{path}: no such file", EXIT_NO_MODEL)
         if path.is_dir():
@@ -365,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
                     raise _Fail("the model does not fit the memory budget with this context", EXIT_BAD_MODEL)
         out.flush()
     except _Fail as exc:
-        print(f"edgellama info: {exc}", file=sys.stderr)
+        print(f"edgellama: error: {exc}", file=sys.stderr)
         return exc.code
     except BrokenPipeError:  # `edgellama info | head`: the reader left, which is not an error
         # Point stdout at /dev/null so the interpreter's final flush does not raise again.
@@ -375,7 +378,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="edgellama")
+    from edgellama.cli.common import Parser
+
+    parser = Parser(prog="edgellama")
     sub = parser.add_subparsers(dest="command", required=True)
     add_parser(sub)
     args = parser.parse_args(["info", *(sys.argv[1:] if argv is None else argv)])

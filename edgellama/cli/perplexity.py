@@ -11,6 +11,7 @@ from typing import Any
 
 from edgellama.cli.common import INT32_MAX, add_model_args, check_range, load
 from edgellama.perplexity import perplexity
+from edgellama.progress import enabled as progress_enabled
 
 
 def add_parser(sub: Any) -> None:
@@ -44,13 +45,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"edgellama: tokenized {len(toks)} tokens in {(time.perf_counter() - t0) * 1000:.0f} ms; "
               f"{n_chunks} chunks of {n_ctx}", file=sys.stderr)
 
-        def progress(c: int, ppl: float) -> None:
-            sys.stdout.write(f"[{c + 1}]{ppl:.4f},")
-            sys.stdout.flush()
+        def progress(c: int, ppl: float) -> None:  # llama.cpp's running value per chunk, on a terminal
+            if progress_enabled():
+                sys.stderr.write(f"[{c + 1}]{ppl:.4f},")
+                sys.stderr.flush()
 
         t1 = time.perf_counter()
         ppl, err, n, _ = perplexity(llm, toks, n_ctx, bos, args.chunks, progress)
         dt = time.perf_counter() - t1
-        print(f"\nFinal estimate: PPL = {ppl:.4f} +/- {err:.5f}  ({n} tokens scored, {dt:.1f} s, "
+        if progress_enabled():
+            sys.stderr.write("\n")
+        print(f"Final estimate: PPL = {ppl:.4f} +/- {err:.5f}  ({n} tokens scored, {dt:.1f} s, "
               f"{n_chunks * n_ctx / dt:.1f} tokens/s)")
     return 0

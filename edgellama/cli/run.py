@@ -1,18 +1,26 @@
-"""`edgellama run`: generate text from a prompt (llama.cpp's familiar flags), streaming tokens as
-they are made, with llama.cpp-style timings at the end; `--chat` uses the model's turn format,
-`-i` keeps a conversation going, `--json` prints one JSON object per event.
+"""`edgellama run`: generate text from a prompt with llama-cli's flags, streaming tokens as they are
+made, with llama.cpp-style timings at the end; `--chat` renders the model's chat template, `-i`
+keeps reading input, `-cnv` is a chat conversation, `--json` prints one JSON object per event and
+always ends a stream with a `done` or an `error` event.
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
+import random
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
+import numpy.typing as npt
+
 from edgellama.cli.common import INT32_MAX, add_model_args, check_range, load
 from edgellama.session import check_session_path
+
+COLOR_PROMPT, COLOR_RESET = "\x1b[33m", "\x1b[0m"  # llama-cli's yellow prompt
 
 
 def add_parser(sub: Any) -> None:
@@ -20,26 +28,50 @@ def add_parser(sub: Any) -> None:
     add_model_args(p)
     p.add_argument("-p", "--prompt", help="prompt text")
     p.add_argument("-f", "--file", help="read the prompt from a file")
-    p.add_argument("-n", "--n-predict", type=int, default=-1, help="tokens to generate (-1 = until end of text)")
-    p.add_argument("--temp", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=40)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--min-p", type=float, default=0.05)
-    p.add_argument("--repeat-penalty", type=float, default=1.0)
-    p.add_argument("--repeat-last-n", type=int, default=64)
-    p.add_argument("--mirostat", type=int, default=0, choices=(0, 2), help="2 = mirostat v2")
-    p.add_argument("--mirostat-lr", type=float, default=0.1, help="mirostat eta")
-    p.add_argument("--mirostat-ent", type=float, default=5.0, help="mirostat tau (target entropy)")
-    p.add_argument("-s", "--seed", type=int, default=None)
-    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat turn format")
-    p.add_argument("-sys", "--system", default=None, help="system prompt (with --chat)")
-    p.add_argument("-i", "--interactive", action="store_true", help="keep reading prompts from stdin")
-    p.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
+    p.add_argument("-n", "--n-predict", type=int, default=-1,
+                   help="tokens to generate (default: %(default)s = until the end of text)")
+    p.add_argument("-e", "--escape", action="store_true",
+                   help=r"process escapes in the prompt and inputs (\n, \t, \", \\, \xNN, \uNNNN)")
+    p.add_argument("-r", "--reverse-prompt", action="append", default=[], metavar="TEXT",
+                   help="stop generating at TEXT (repeatable); in interactive mode, hand the turn back")
+    p.add_argument("--chat", action="store_true", help="render the prompt with the model's chat template")
+    p.add_argument("--chat-template", choices=("chatml", "gemma"), default=None,
+                   help="a hand-written chat format instead of the model's template (for a model that has none)")
+    p.add_argument("-sys", "--system-prompt", "--system", dest="system", default=None,
+                   help="system message (chat and conversation)")
+    p.add_argument("-cnv", "--conversation", action="store_true",
+                   help="conversation: the chat template, turn after turn from stdin (-p is the first turn)")
+    p.add_argument("-no-cnv", "--no-conversation", action="store_true",
+                   help="plain text completion (the default; overrides -cnv)")
+    p.add_argument("-st", "--single-turn", action="store_true", help="conversation: answer one turn, then exit")
+    p.add_argument("-i", "--interactive", action="store_true", help="keep reading input lines from stdin")
+    p.add_argument("--interactive-first", action="store_true",
+                   help="interactive, and wait for the first input line before generating")
+    p.add_argument("--in-prefix", default="", metavar="TEXT", help="put before each input line (interactive)")
+    p.add_argument("--in-suffix", default="", metavar="TEXT", help="put after each input line (interactive)")
     p.add_argument("--no-display-prompt", action="store_true", help="do not echo the prompt")
+    p.add_argument("--color", action="store_true", help="colour the echoed prompt (only when stdout is a terminal)")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="never end at an end-of-text token (they are not sampled); stop with -n")
+    p.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
     p.add_argument("--special", action="store_true", help="parse special tokens written in the prompt text")
     p.add_argument("--prompt-cache", metavar="FILE", default=None,
                    help="reuse the KV cache saved in FILE when the prompt starts with its tokens; save it after "
                         "the prompt is evaluated")
+    s = p.add_argument_group("sampling (llama.cpp's chain: penalties, top-k, top-p, min-p, temperature)")
+    s.add_argument("--temp", type=float, default=0.8, help="temperature; 0 = greedy (default: %(default)s)")
+    s.add_argument("--top-k", type=int, default=40, help="top-k sampling, 0 = off (default: %(default)s)")
+    s.add_argument("--top-p", type=float, default=0.95, help="top-p sampling, 1.0 = off (default: %(default)s)")
+    s.add_argument("--min-p", type=float, default=0.05, help="min-p sampling, 0.0 = off (default: %(default)s)")
+    s.add_argument("--repeat-penalty", type=float, default=1.0,
+                   help="penalize repeated tokens, 1.0 = off (default: %(default)s)")
+    s.add_argument("--repeat-last-n", type=int, default=64,
+                   help="last N tokens penalized, 0 = off, -1 = context size (default: %(default)s)")
+    s.add_argument("--mirostat", type=int, default=0, choices=(0, 2),
+                   help="mirostat sampling: 0 = off, 2 = mirostat v2 (default: %(default)s)")
+    s.add_argument("--mirostat-lr", type=float, default=0.1, help="mirostat learning rate, eta (default: %(default)s)")
+    s.add_argument("--mirostat-ent", type=float, default=5.0, help="mirostat target entropy, tau (default: %(default)s)")
+    s.add_argument("-s", "--seed", type=int, default=-1, help="RNG seed, -1 = random, printed (default: %(default)s)")
     p.set_defaults(handler=run)
 
 
@@ -52,6 +84,15 @@ def _prompt_text(args: argparse.Namespace) -> str:
             raise FileNotFoundError(f"prompt file not found: {path}")
         return path.read_text(encoding="utf-8", errors="replace")
     return args.prompt or ""
+
+
+def unescape(text: str) -> str:
+    """llama.cpp's -e: backslash escapes in the prompt, as in a C string."""
+    try:
+        return codecs.decode(text.encode("utf-8", "backslashreplace"), "unicode_escape").encode(
+            "latin-1", "backslashreplace").decode("utf-8", "replace")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"-e: bad escape in the prompt: {exc.reason}") from None
 
 
 def _emit(out: TextIO, obj: dict[str, Any]) -> None:
@@ -72,24 +113,70 @@ def _print_timings(tm: Any, err: TextIO) -> None:
     err.flush()
 
 
+class _NoEOS:
+    """--ignore-eos: end-of-text tokens are never sampled (llama.cpp biases them to -inf)."""
+
+    def __init__(self, sampler: Any, eog: set[int]) -> None:
+        self.inner, self.eog = sampler, np.fromiter(eog, dtype=np.int64)
+
+    def accept(self, token: int) -> None:
+        self.inner.accept(token)
+
+    def sample(self, logits: npt.NDArray[np.float32]) -> int:
+        masked = logits.copy()
+        masked[self.eog] = -np.inf
+        return int(self.inner.sample(masked))
+
+
 def run(args: argparse.Namespace) -> int:
+    """--json: whatever happens after the arguments parse, the stream ends with done or error."""
+    if not args.json:
+        return _run(args)
+    from edgellama.cli.common import expected_errors
+
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        _emit(sys.stdout, {"event": "error", "message": "interrupted"})
+        raise
+    except expected_errors() as exc:
+        _emit(sys.stdout, {"event": "error", "message": str(exc)})
+        raise
+
+
+def _run(args: argparse.Namespace) -> int:
     from edgellama.llm import ContextFull
     from edgellama.sampling import Sampler, SamplerParams
 
     text = _prompt_text(args)
+    if args.escape:
+        text = unescape(text)
+    conversation = args.conversation and not args.no_conversation
+    chat = args.chat or conversation or args.chat_template is not None
+    interactive = (args.interactive or args.interactive_first or conversation) and not args.single_turn
     check_range("-n/--n-predict", args.n_predict, -1, INT32_MAX)
     if args.prompt_cache:
         check_session_path(Path(args.prompt_cache))
+    if args.seed < -1:
+        raise ValueError("-s/--seed must be >= 0, or -1 for a random seed")
+    out, err = sys.stdout, sys.stderr
+    random_seed = args.seed == -1
+    if random_seed:
+        args.seed = random.SystemRandom().randrange(2**32)
     params = SamplerParams(temp=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                            repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
                            mirostat=args.mirostat, mirostat_lr=args.mirostat_lr,
                            mirostat_ent=args.mirostat_ent, seed=args.seed)
     params.validate()
-    if not text and not args.interactive and not args.chat:
+    reads_stdin = interactive or (args.single_turn and conversation and not text)
+    if not text and not reads_stdin and not chat:
         raise ValueError("no prompt: give -p TEXT, -f FILE or -i")
-    out, err = sys.stdout, sys.stderr
+    color = args.color and out.isatty() and not args.json
     llm = load(args)
     with llm:
+        fmt = llm.chat if chat else None  # a model without a chat template stops here, before any output
+        if random_seed and (args.temp > 0 or args.mirostat):  # greedy decoding draws nothing: no seed to report
+            err.write(f"edgellama: seed = {args.seed}\n")
         if args.prompt_cache and Path(args.prompt_cache).exists():
             from edgellama.session import SessionError
 
@@ -98,17 +185,23 @@ def run(args: argparse.Namespace) -> int:
                 err.write(f"edgellama: prompt cache {args.prompt_cache}: {n} tokens restored\n")
             except SessionError as exc:
                 err.write(f"edgellama: ignoring prompt cache: {exc}\n")
-        sampler = Sampler(params, llm.n_ctx)
         tok = llm.tokenizer
+        sampler: Any = Sampler(params, llm.n_ctx)
+        if args.ignore_eos:
+            sampler = _NoEOS(sampler, tok.eot_ids)
+        stops = list(args.reverse_prompt) + (list(fmt.stop_pieces) if fmt is not None else [])
         messages: list[dict[str, str]] = []
         if args.system:
             messages.append({"role": "system", "content": args.system})
         transcript = ""  # raw-text interactive mode: the whole conversation so far
-        first = True
+        turn = 0
         first_turn_cache = True  # the prompt cache holds the first prompt only
         while True:
-            if first and (text or not args.interactive):
-                user = text
+            typed = True
+            if turn == 0 and args.interactive_first and text and fmt is None:
+                transcript = text  # evaluated with the first input line, llama-cli's --interactive-first
+            if turn == 0 and text and not args.interactive_first:
+                user, typed = text, False
             else:
                 if not args.json:
                     err.write("\n> ")
@@ -116,58 +209,73 @@ def run(args: argparse.Namespace) -> int:
                 line = sys.stdin.readline()
                 if not line:
                     break
-                user = line.rstrip("\n")
-            first = False
-            if args.chat:
-                messages.append({"role": "user", "content": user})
-                prompt_text = llm.chat.render(messages)
-                ids = tok.encode(prompt_text, add_special=True, parse_special=True)
+                line = line.rstrip("\n")
+                user = args.in_prefix + (unescape(line) if args.escape else line) + args.in_suffix
+                if turn == 0 and text and fmt is not None:
+                    user = text + user
+            turn += 1
+            if fmt is not None:
+                history = messages + [{"role": "user", "content": user}]
+                ids = tok.encode(fmt.render(history), add_special=not fmt.added_special, parse_special=True)
+            else:
+                history = []
+                ids = tok.encode(transcript + user, add_special=True, parse_special=args.special)
+            limit = llm.n_ctx - (1 if args.no_context_shift else 0)
+            if len(ids) > limit:
+                msg = f"the prompt has {len(ids)} tokens, the context only {llm.n_ctx} (-c)"
+                if not interactive or turn == 1:
+                    raise ContextFull(msg)
+                err.write(f"edgellama: {msg}; starting a new conversation\n")
+                messages = messages[:1] if args.system else []
+                transcript = ""
+                llm.reset()
+                turn = 1
+                continue
+            if fmt is not None:
+                messages = history
             else:
                 transcript += user
-                ids = tok.encode(transcript, add_special=True, parse_special=args.special)
             if args.json:
                 _emit(out, {"event": "prompt", "n_tokens": len(ids)})
-            elif not args.no_display_prompt and not args.interactive:
-                out.write(user)
+            elif not args.no_display_prompt and not typed:
+                out.write(f"{COLOR_PROMPT}{user}{COLOR_RESET}" if color else user)
+                if fmt is not None:
+                    out.write("\n\n")  # the question, then the answer: chat text is not one continuation
                 out.flush()
             reply = ""
+            hit: list[str] = []
             on_prompt = None
             if args.prompt_cache and first_turn_cache:
                 def on_prompt() -> None:
                     llm.save_session(args.prompt_cache)
             first_turn_cache = False
-            try:
-                for ev in llm.generate(ids, sampler, args.n_predict, on_prompt=on_prompt):
-                    if ev.kind == "token":
-                        reply += ev.text
-                        if args.json:
-                            _emit(out, {"event": "token", "id": ev.token, "text": ev.text})
-                        else:
-                            out.write(ev.text)
-                            out.flush()
-                    else:
-                        reply += ev.text
-                        if args.json:
-                            if ev.text:
-                                _emit(out, {"event": "token", "id": -1, "text": ev.text})
-                            _emit(out, {"event": "done", "stop_reason": ev.stop_reason,
-                                        "timings": ev.timings.as_dict()})
-                        else:
-                            out.write(ev.text + "\n")
-                            out.flush()
-                            _print_timings(ev.timings, err)
-            except ContextFull as exc:
-                if not args.interactive:
-                    raise
-                err.write(f"edgellama: {exc}; starting a new conversation\n")
-                messages = messages[:1] if args.system else []
-                transcript = ""
-                llm.reset()
-                continue
-            if args.chat:
+            for ev in llm.generate(ids, sampler, args.n_predict, stop_ids=set() if args.ignore_eos else None,
+                                   should_stop=lambda hit=hit: bool(hit), on_prompt=on_prompt):
+                piece = ev.text
+                reply += piece
+                found = [s for s in stops if s and s in reply]
+                if found and not hit:
+                    hit.append(found[0])
+                if args.json:
+                    if piece or ev.kind == "token":
+                        _emit(out, {"event": "token", "id": ev.token, "text": piece})
+                    if ev.kind == "done":
+                        reason = "reverse_prompt" if hit else ev.stop_reason
+                        _emit(out, {"event": "done", "stop_reason": reason, "timings": ev.timings.as_dict()})
+                else:
+                    out.write(piece + ("\n" if ev.kind == "done" else ""))
+                    out.flush()
+                    if ev.kind == "done":
+                        _print_timings(ev.timings, err)
+                if ev.kind == "done" and ev.stop_reason == "context":
+                    err.write(f"edgellama: the context is full ({llm.n_ctx} tokens, -c) and --no-context-shift "
+                              "is set: generation stopped\n")
+            if hit and fmt is not None:
+                reply = reply[:reply.index(hit[0])]
+            if fmt is not None:
                 messages.append({"role": "assistant", "content": reply})
             else:
                 transcript += reply
-            if not args.interactive:
+            if not interactive:
                 break
     return 0

@@ -70,6 +70,9 @@ ffibuilder.set_source(
 if __name__ == "__main__":
     # Developer shortcut: build the extension in place (python edgellama/native/build.py).
     os.chdir(ROOT)
+    if sys.stderr.isatty():  # progress on a terminal only
+        print(f"edgellama: compiling the C library ({len(c_sources())} files, about a minute on 2 cores)",
+              file=sys.stderr)
     ffibuilder.compile(tmpdir=str(ROOT / "build" / "cffi"), verbose="-v" in sys.argv)
     import glob
     import shutil

@@ -1,12 +1,34 @@
-"""Chat turn formats: the model's own template family, picked from GGUF metadata.
+"""Chat prompts: the model's own `tokenizer.chat_template` (Jinja) rendered in jinja2's sandbox, as
+llama-cpp-python and transformers render it; hand-written formats only when the user names one.
 
-Only formatting lives here (text in, prompt text out); templates are not executed as Jinja.
+Only formatting lives here (messages in, prompt text out). The template comes from an untrusted
+file: never a plain jinja2 Environment, and the rendered text is bounded.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, NoReturn, Protocol
+
+MAX_RENDERED_CHARS = 1 << 20  # far beyond any context window; a template that loops stops here
+PULL_HINT = "edgellama pull smollm2-135m-instruct"
+
+
+class NoChatTemplate(ValueError):
+    """The model has no chat template and no format was named."""
+
+
+class ChatFormatter(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def stop_pieces(self) -> tuple[str, ...]: ...
+    @property
+    def added_special(self) -> bool: ...  # the text holds BOS itself (a template), else encode adds it
+
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -17,8 +39,9 @@ class ChatFormat:
     assistant_prefix: str
     assistant_suffix: str  # closes a finished assistant turn in the history
     stop_pieces: tuple[str, ...]
+    added_special: bool = False
 
-    def render(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
         out = []
         pending_system = ""
         for m in messages:
@@ -59,16 +82,76 @@ CHATML = ChatFormat(
 FORMATS = {"gemma": GEMMA, "chatml": CHATML}
 
 
-def chat_format_for(md: dict[str, Any]) -> ChatFormat:
-    tmpl = md.get("tokenizer.chat_template")
-    if isinstance(tmpl, str):
-        if "<start_of_turn>" in tmpl:
-            return GEMMA
-        if "<|im_start|>" in tmpl:
-            return CHATML
-    arch = md.get("general.architecture")
-    if arch in ("gemma", "gemma2", "gemma3"):
-        return GEMMA
-    if arch in ("qwen2", "qwen3") or tmpl is None:
-        return CHATML
-    return CHATML
+FORMATS = {"gemma": GEMMA, "chatml": CHATML}
+
+
+class JinjaChatTemplate:
+    """The GGUF's chat template, with the variables llama-cpp-python's Jinja2ChatFormatter passes."""
+
+    name = "gguf"
+    added_special = True
+
+    def __init__(self, source: str, bos_token: str, eos_token: str) -> None:
+        import jinja2
+        import jinja2.ext
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        env = ImmutableSandboxedEnvironment(loader=jinja2.BaseLoader(), trim_blocks=True, lstrip_blocks=True,
+                                            extensions=[jinja2.ext.loopcontrols])
+        try:
+            self._template = env.from_string(source)
+        except jinja2.TemplateError as exc:
+            raise ValueError(f"the model's chat template does not parse: {exc}") from None
+        self.bos_token, self.eos_token = bos_token, eos_token
+        self.stop_pieces: tuple[str, ...] = (eos_token,) if eos_token else ()
+
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+        import jinja2
+
+        def raise_exception(message: str) -> NoReturn:
+            raise ValueError(f"the model's chat template refused the messages: {message}")
+
+        def strftime_now(fmt: str) -> str:
+            return datetime.now().strftime(fmt)
+
+        out: list[str] = []
+        size = 0
+        try:
+            for piece in self._template.generate(messages=messages, add_generation_prompt=add_generation_prompt,
+                                                 bos_token=self.bos_token, eos_token=self.eos_token,
+                                                 raise_exception=raise_exception, strftime_now=strftime_now):
+                size += len(piece)
+                if size > MAX_RENDERED_CHARS:
+                    raise ValueError(f"the model's chat template rendered more than {MAX_RENDERED_CHARS} characters")
+                out.append(piece)
+        except jinja2.TemplateError as exc:  # includes the sandbox's SecurityError
+            raise ValueError(f"the model's chat template failed: {exc}") from None
+        return "".join(out)
+
+
+def _token_text(md: Mapping[str, Any], key: str) -> str:
+    tokens = md.get("tokenizer.ggml.tokens")
+    tid = md.get(key)
+    if isinstance(tid, int) and isinstance(tokens, Sequence) and 0 <= tid < len(tokens):
+        return str(tokens[tid])
+    return ""
+
+
+def chat_formatter(md: Mapping[str, Any], named: str | None = None) -> ChatFormatter:
+    """The chat format for a model: a named hand-written one, else the GGUF's template, else an
+    error naming the way to a model that has one."""
+    if named:
+        try:
+            return FORMATS[named]
+        except KeyError:
+            raise ValueError(f"unknown chat format {named!r}; choices: {', '.join(FORMATS)}") from None
+    source = md.get("tokenizer.chat_template")
+    if isinstance(source, str) and source.strip():
+        return JinjaChatTemplate(source, _token_text(md, "tokenizer.ggml.bos_token_id"),
+                                 _token_text(md, "tokenizer.ggml.eos_token_id"))
+    name = md.get("general.name") or md.get("general.architecture") or "this model"
+    raise NoChatTemplate(
+        f"{name} has no chat template (a base model, not an instruct model): for chat, fetch one with "
+        f"`{PULL_HINT}` and run with -m smollm2-135m-instruct, or name a format with --chat-template "
+        f"{'|'.join(FORMATS)}"
+    )

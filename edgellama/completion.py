@@ -1,0 +1,171 @@
+"""llama-cpp-python's high-level calls on a loaded model: `llm(prompt, ...)`, `create_completion`,
+`create_chat_completion` (OpenAI's response and stream-chunk shapes), `tokenize`, `detokenize`.
+
+Shapes only: generation itself is LLM.generate; nothing here touches the engine directly.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from edgellama.sampling import Sampler, SamplerParams
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Generator
+    from pathlib import Path
+
+    from edgellama.llm import Event
+    from edgellama.tokenizers.chat import ChatFormatter
+    from edgellama.tokenizers.tokenizer import Tokenizer
+
+_FINISH = {"stop": "stop", "length": "length", "context": "length", "cancelled": "stop"}
+
+
+def _held_back(text: str, stops: list[str]) -> int:
+    """How many trailing characters of text could still begin a stop string (not yet safe to stream)."""
+    n = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), 0, -1):
+            if text.endswith(s[:k]):
+                n = max(n, k)
+                break
+    return n
+
+
+class CompletionAPI:
+    """Mixed into LLM. Defaults are llama-cpp-python's."""
+
+    if TYPE_CHECKING:  # what LLM provides
+        tokenizer: Tokenizer
+        n_ctx: int
+        path: Path
+        seed: int | None
+        generate: Callable[..., Generator[Event, None, None]]
+
+        @property
+        def chat(self) -> ChatFormatter: ...
+
+    def tokenize(self, text: bytes | str, add_bos: bool = True, special: bool = False) -> list[int]:
+        """Token ids of text (bytes are UTF-8). add_bos: the model's BOS if it uses one; special:
+        parse special-token text such as <|im_start|>."""
+        s = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+        return self.tokenizer.encode(s, add_special=add_bos, parse_special=special)
+
+    def detokenize(self, tokens: list[int], prev_tokens: list[int] | None = None,
+                   special: bool = False) -> bytes:
+        """The bytes the tokens stand for (control tokens give none), as llama-cpp-python returns them."""
+        return b"".join(self.tokenizer.token_bytes(int(t)) for t in tokens)
+
+    def __call__(self, prompt: str | list[int], **kwargs: Any) -> Any:
+        return self.create_completion(prompt, **kwargs)
+
+    def _sampler(self, temperature: float, top_p: float, top_k: int, min_p: float, repeat_penalty: float,
+                 seed: int | None) -> Sampler:
+        if seed is None or seed < 0:
+            seed = self.seed
+        return Sampler(SamplerParams(temp=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                                     repeat_penalty=repeat_penalty, seed=seed), self.n_ctx)
+
+    def _stream_text(self, ids: list[int], sampler: Sampler, max_tokens: int | None,
+                     stops: list[str], usage: dict[str, int]) -> Iterator[tuple[str, str | None]]:
+        """(text piece, None) while generating, then ("", finish_reason); text stops before a stop string."""
+        if len(ids) >= self.n_ctx:
+            from edgellama.llm import ContextFull
+
+            raise ContextFull(f"the prompt has {len(ids)} tokens, the context only {self.n_ctx}")
+        room = self.n_ctx - len(ids)
+        n_predict = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
+        text, sent, n = "", 0, 0
+        finish = "length"
+        gen = self.generate(ids, sampler, n_predict)
+        try:
+            for ev in gen:
+                if ev.kind == "token":
+                    n += 1
+                text += ev.text
+                cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+                if cut >= 0:
+                    text, finish = text[:cut], "stop"
+                    break
+                if ev.kind == "done":
+                    finish = _FINISH.get(ev.stop_reason, "stop")
+                    break
+                safe = len(text) - _held_back(text, stops)
+                if safe > sent:
+                    yield text[sent:safe], None
+                    sent = safe
+        finally:
+            gen.close()
+        usage.update(prompt_tokens=len(ids), completion_tokens=n, total_tokens=len(ids) + n)
+        if len(text) > sent:
+            yield text[sent:], None
+        yield "", finish
+
+    def create_completion(self, prompt: str | list[int], suffix: str | None = None, max_tokens: int | None = 16,
+                          temperature: float = 0.8, top_p: float = 0.95, min_p: float = 0.05, echo: bool = False,
+                          stop: str | list[str] | None = None, stream: bool = False, repeat_penalty: float = 1.0,
+                          top_k: int = 40, seed: int | None = None, logprobs: int | None = None) -> Any:
+        """{"choices": [{"text", "finish_reason", ...}], "usage": {...}} or, with stream=True, an
+        iterator of chunks of the same shape."""
+        if suffix is not None or logprobs is not None:
+            raise ValueError("suffix and logprobs are not supported")
+        ids = list(prompt) if isinstance(prompt, list) else self.tokenize(prompt)
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        sampler = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed)
+        head = {"id": f"cmpl-{uuid.uuid4()}", "object": "text_completion", "created": int(time.time()),
+                "model": str(self.path)}
+        usage: dict[str, int] = {}
+        pieces = self._stream_text(ids, sampler, max_tokens, stops, usage)
+        prompt_text = (prompt if isinstance(prompt, str) else self.detokenize(ids).decode("utf-8", "replace"))
+
+        def choice(text: str, finish: str | None) -> dict[str, Any]:
+            return {"text": text, "index": 0, "logprobs": None, "finish_reason": finish}
+
+        if stream:
+            def chunks() -> Iterator[dict[str, Any]]:
+                if echo:
+                    yield dict(head, choices=[choice(prompt_text, None)])
+                for text, finish in pieces:
+                    yield dict(head, choices=[choice(text, finish)])
+            return chunks()
+        out, finish = [], None
+        for text, fin in pieces:
+            out.append(text)
+            finish = fin
+        body = (prompt_text if echo else "") + "".join(out)
+        return dict(head, choices=[choice(body, finish)], usage=usage)
+
+    def create_chat_completion(self, messages: list[dict[str, Any]], temperature: float = 0.2,
+                               top_p: float = 0.95, top_k: int = 40, min_p: float = 0.05,
+                               stop: str | list[str] | None = None, stream: bool = False,
+                               seed: int | None = None, max_tokens: int | None = None,
+                               repeat_penalty: float = 1.0) -> Any:
+        """OpenAI's chat.completion shape (or chat.completion.chunk stream), the prompt rendered by
+        the model's own chat template."""
+        fmt = self.chat
+        prompt = fmt.render(messages, add_generation_prompt=True)
+        ids = self.tokenizer.encode(prompt, add_special=not fmt.added_special, parse_special=True)
+        stops = ([stop] if isinstance(stop, str) else list(stop or [])) + list(fmt.stop_pieces)
+        sampler = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed)
+        head = {"id": f"chatcmpl-{uuid.uuid4()}", "created": int(time.time()), "model": str(self.path)}
+        usage: dict[str, int] = {}
+        pieces = self._stream_text(ids, sampler, max_tokens, stops, usage)
+        if stream:
+            def chunks() -> Iterator[dict[str, Any]]:
+                c = dict(head, object="chat.completion.chunk")
+                yield dict(c, choices=[{"index": 0, "delta": {"role": "assistant"}, "logprobs": None,
+                                        "finish_reason": None}])
+                for text, finish in pieces:
+                    delta = {"content": text} if text else {}
+                    yield dict(c, choices=[{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}])
+            return chunks()
+        out, finish = [], None
+        for text, fin in pieces:
+            out.append(text)
+            finish = fin
+        msg = {"role": "assistant", "content": "".join(out)}
+        return dict(head, object="chat.completion",
+                    choices=[{"index": 0, "message": msg, "logprobs": None, "finish_reason": finish}], usage=usage)
