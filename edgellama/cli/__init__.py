@@ -28,13 +28,13 @@ def expected_errors() -> tuple[type[BaseException], ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from edgellama.cli import bench, info, perplexity, run
+    from edgellama.cli import bench, client, info, install_service, perplexity, run, serve
 
     p = argparse.ArgumentParser(prog="edgellama", description="Offline LLM inference for small boards (GGUF).")
     p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for mod in (run, perplexity, bench, info):
+    for mod in (run, perplexity, bench, info, serve, client, install_service):
         mod.add_parser(sub)
     return p
 
