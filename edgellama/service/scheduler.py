@@ -75,6 +75,7 @@ class Scheduler:
         self.stopping = False
         self.heartbeat = time.monotonic()  # last sign of progress of the engine thread
         self.system_tokens: list[int] = []
+        self.system_state = b""
         self.thread = threading.Thread(target=self._main, name="edgellama-engine", daemon=True)
 
     # ---- called from the I/O loop ----
@@ -157,6 +158,7 @@ class Scheduler:
             if self.cfg.system_prompt:
                 self.system_tokens = self._system_prefix(self.cfg.system_prompt)
                 self.llm.prefill(self.system_tokens)
+                self.system_state = self.llm.engine.state()  # n_used positions only: small
             with self.cond:
                 self.status = "ok"
         except BaseException as exc:  # noqa: BLE001 - reported to the loop, which exits non-zero
@@ -254,11 +256,13 @@ class Scheduler:
 
         # the prompt but its last token, in chunks of n_batch, so cancel and shutdown are seen between chunks;
         # generate() then evaluates only the last token (LLM.prefill reuses the longest cached prefix)
-        common = 0
-        for a, b in zip(llm.tokens, ids):
-            if a != b:
-                break
-            common += 1
+        common = _common_prefix(llm.tokens, ids)
+        sys_n = len(self.system_tokens)
+        if self.system_state and common < sys_n and ids[:sys_n] == self.system_tokens:
+            # another prompt took the cache since: put the system prompt's KV back instead of evaluating it
+            llm.engine.load_state(self.system_state)
+            llm.tokens = list(self.system_tokens)
+            common = _common_prefix(llm.tokens, ids)
         n_eval, n_chunks = 0, 0
         end = min(common, len(ids) - 1)
         while end < len(ids) - 1:
@@ -325,6 +329,15 @@ class Scheduler:
         if not req.stream:
             done["content"] = "".join(job.output)
         self._finish(job, done)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _split_stop(text: str, stops: list[str], final: bool) -> tuple[str, str, bool]:
