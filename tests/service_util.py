@@ -83,13 +83,17 @@ class ServerProc:
     """`python -m edgellama.cli serve` on a socket in a fresh short directory (AF_UNIX paths are short)."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None, argv: list[str] | None = None,
-                 nice: int = 5) -> None:
+                 nice: int = 5, journal: bool = False) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="elsv", dir="/tmp"))
         self.path = str(self.dir / "s.sock")
         self.log = self.dir / "stderr.log"
         cmd = argv if argv is not None else [sys.executable, "-m", "edgellama.cli", "serve", "--socket", self.path,
                                              *FAST, *args]
         self.errf = open(self.log, "wb")  # noqa: SIM115 - the server's stderr for its whole life
+        env = dict(env or {})
+        if journal:  # as systemd does: JOURNAL_STREAM names the device and inode of stderr
+            st = os.fstat(self.errf.fileno())
+            env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
         self.proc = subprocess.Popen(["nice", "-n", str(nice), *cmd], stdout=subprocess.DEVNULL, stderr=self.errf,
                                      env=cli_env(env))
 
@@ -112,7 +116,6 @@ class ServerProc:
         return Conn(self.path, timeout)
 
     def stderr(self) -> str:
-        self.errf.flush()
         return self.log.read_text(errors="replace")
 
     def health(self) -> dict[str, Any]:
