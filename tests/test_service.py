@@ -265,3 +265,13 @@ def test_a_live_socket_is_not_taken_over() -> None:
     finally:
         live.close()
         os.unlink(path)
+
+
+def test_stop_string_ends_the_answer_before_it(server: ServerProc) -> None:
+    prompt = "The days of the week are Monday,"
+    with server.connect() as c:
+        full = text_of(c.ask({"id": "full", "prompt": prompt, "n_predict": 8, "temperature": 0}))
+        stop = full.strip().split()[1]  # a word from the middle of the greedy answer
+        events = c.ask({"id": "cut", "prompt": prompt, "n_predict": 8, "temperature": 0, "stop": [stop]})
+    assert final(events)["stop_reason"] == "stop"
+    assert text_of(events) == full[:full.index(stop)]
