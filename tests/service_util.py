@@ -83,12 +83,12 @@ class ServerProc:
     """`python -m edgellama.cli serve` on a socket in a fresh short directory (AF_UNIX paths are short)."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None, argv: list[str] | None = None,
-                 nice: int = 5, journal: bool = False) -> None:
+                 nice: int = 5, journal: bool = False, engine: list[str] | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="elsv", dir="/tmp"))
         self.path = str(self.dir / "s.sock")
         self.log = self.dir / "stderr.log"
         cmd = argv if argv is not None else [sys.executable, "-m", "edgellama.cli", "serve", "--socket", self.path,
-                                             *FAST, *args]
+                                             *(FAST if engine is None else engine), *args]
         self.errf = open(self.log, "wb")  # noqa: SIM115 - the server's stderr for its whole life
         env = dict(env or {})
         if journal:  # as systemd does: JOURNAL_STREAM names the device and inode of stderr
