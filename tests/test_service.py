@@ -275,3 +275,31 @@ def test_stop_string_ends_the_answer_before_it(server: ServerProc) -> None:
         events = c.ask({"id": "cut", "prompt": prompt, "n_predict": 8, "temperature": 0, "stop": [stop]})
     assert final(events)["stop_reason"] == "stop"
     assert text_of(events) == full[:full.index(stop)]
+
+
+def test_a_half_closed_client_still_gets_its_answer(server: ServerProc) -> None:
+    with server.connect() as c:
+        c.send({"id": "half", "prompt": "Good morning", "n_predict": 2})
+        c.sock.shutdown(socket.SHUT_WR)  # done sending, still reading (as socat does)
+        events = c.until_final({"half"})["half"]
+        assert final(events)["event"] == "done"
+        with pytest.raises(EOFError):
+            c.event()  # then the server closes the connection
+
+
+def test_a_client_gone_while_queued_leaves_the_queue_at_once(server: ServerProc) -> None:
+    with server.connect() as a:
+        a.send({"id": "busy", "prompt": "Write about mountains.", "n_predict": LONG})
+        assert a.event()["event"] == "token"
+        b = server.connect()
+        b.send({"id": "queued", "prompt": "Waiting.", "n_predict": 2})
+        deadline = time.monotonic() + 30
+        while server.health()["queue"] != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        b.close()
+        while server.health()["queue"] != 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        h = server.health()
+        assert h["queue"] == 0 and h["slots_busy"] == 1  # gone from the queue while the slot is still busy
+        a.send({"type": "cancel", "id": "busy"})
+        assert final(a.until_final({"busy"})["busy"])["stop_reason"] == "cancelled"

@@ -133,6 +133,7 @@ class Server:
         except P.ProtocolError as exc:
             conn.send(P.error_event(req.id, exc.code, str(exc)))
             self.metrics.outcome(exc.code)
+            log.info("request", extra={"fields": {"id": req.id, "outcome": exc.code}})
             return
         conn.inflight[req.id] = job
 
@@ -175,7 +176,8 @@ class Server:
         limit = self.notifier.watchdog_usec / 1e6
         while True:
             await asyncio.sleep(period)
-            if time.monotonic() - self.scheduler.heartbeat < limit:
+            # while loading there is no step to watch (TimeoutStartSec= bounds the start instead)
+            if self.scheduler.status == "loading" or time.monotonic() - self.scheduler.heartbeat < limit:
                 self.notifier.notify("WATCHDOG=1")
 
     async def run(self) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import select
 import socket
 import stat
 from pathlib import Path
@@ -110,7 +111,18 @@ class Connection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         self.eof = True
-        return bool(self.inflight)  # keep writing the answers of a half-closed client, then close
+        # a half-closed client still reads its answers; one that closed outright is gone: returning
+        # False closes the transport, and connection_lost cancels its requests now, queued ones too
+        return bool(self.inflight) and not self._peer_closed()
+
+    def _peer_closed(self) -> bool:
+        """True when the peer closed both directions (POLLHUP), not just its sending side."""
+        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+        if sock is None:
+            return True
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLHUP | select.POLLERR) for _, ev in poller.poll(0))
 
     def send(self, event: dict[str, Any]) -> None:
         if not self.closed and self.transport is not None and not self.transport.is_closing():
