@@ -42,18 +42,25 @@ def final(events: list[dict[str, Any]]) -> dict[str, Any]:
     return events[-1]
 
 
-def test_greedy_over_socket_equals_edgellama_run(server: ServerProc, gemma_path: Path) -> None:
-    prompt = "The three primary colors are"
+# the long prompt spans several -b 64 chunks, evaluated with cancel checks between them
+LONG_PROMPT = " ".join(f"Item {i} of the list is a {c} box." for i, c in
+                       zip(range(14), ["red", "blue", "green", "small", "large", "wooden", "metal"] * 2))
+
+
+@pytest.mark.parametrize("prompt", ["The three primary colors are", LONG_PROMPT], ids=["short", "chunked"])
+def test_greedy_over_socket_equals_edgellama_run(server: ServerProc, gemma_path: Path, prompt: str) -> None:
     run = subprocess.run([sys.executable, "-m", "edgellama.cli", "run", "-m", str(gemma_path), "-p", prompt,
                           "-n", "8", "--temp", "0", "--json", *FAST], capture_output=True, text=True,
                          env=cli_env(), timeout=300, check=True)
     run_events = [json.loads(line) for line in run.stdout.splitlines()]
+    assert prompt != LONG_PROMPT or run_events[0]["n_tokens"] > 128  # three chunks of -b 64
     run_text = "".join(e["text"] for e in run_events if e["event"] == "token")
     with server.connect() as c:
         events = c.ask({"id": "g", "prompt": prompt, "n_predict": 8, "temperature": 0})
     assert final(events)["stop_reason"] == run_events[-1]["stop_reason"] == "length"
     assert final(events)["tokens_predicted"] == 8
     assert text_of(events) == run_text and run_text.strip()
+    assert final(events)["tokens_evaluated"] + final(events)["tokens_cached"] == run_events[0]["n_tokens"]
 
 
 def test_concurrent_clients_all_answered(server: ServerProc) -> None:

@@ -254,8 +254,8 @@ class Scheduler:
         if not req.cache_prompt:
             llm.reset()
 
-        # the prompt but its last token, in chunks of n_batch, so cancel and shutdown are seen between chunks;
-        # generate() then evaluates only the last token (LLM.prefill reuses the longest cached prefix)
+        # the prompt in chunks of n_batch, so cancel and shutdown are seen between chunks; generate() evaluates
+        # the last chunk (LLM.prefill reuses what the cache holds), so the forward passes are those of `run`
         common = _common_prefix(llm.tokens, ids)
         sys_n = len(self.system_tokens)
         if self.system_state and common < sys_n and ids[:sys_n] == self.system_tokens:
@@ -265,11 +265,11 @@ class Scheduler:
             common = _common_prefix(llm.tokens, ids)
         n_eval, n_chunks = 0, 0
         end = min(common, len(ids) - 1)
-        while end < len(ids) - 1:
+        while len(ids) - end > llm.n_batch:
             if job.cancelled:
                 self._finish(job, self._cancel_event(job))
                 return
-            end = min(end + llm.n_batch, len(ids) - 1)
+            end += llm.n_batch
             llm.prefill(ids[:end])
             n_eval += llm.n_prompt_evaluated
             n_chunks += 1
