@@ -94,6 +94,7 @@ def soak(model: str | None, n: int, concurrency: int, disconnect: float, seed: i
     try:
         srv.wait_ready()
         pid = srv.proc.pid
+        time.sleep(0.5)  # wait_ready's health connection is closed by the server's loop, not at once
         start = {"rss": rss_kib(pid), "fds": n_fds(pid)}
         t0 = time.monotonic()
         threads = [threading.Thread(target=worker, args=(w,)) for w in range(concurrency)]

@@ -32,5 +32,5 @@ def test_soak_every_request_ends_rss_flat_no_fd_leak(gemma_path: Path) -> None:
     assert rep["outcomes"].get("busy", 0) <= rep["outcomes"]["disconnected"]
     assert set(rep["server_outcomes"]) <= {"eos", "length", "stop", "cancelled", "busy"}
     assert rep["rss_kib"]["end"] - rep["rss_kib"]["warm"] <= RSS_GROWTH_KIB
-    assert rep["fds"]["end"] == rep["fds"]["start"]
+    assert rep["fds"]["end"] <= rep["fds"]["start"]  # every connection's fd closed again
     assert rep["exit_code"] == 0

@@ -48,6 +48,9 @@ def install(args: argparse.Namespace) -> int:
     unit_dst.mkdir(parents=True, exist_ok=True)
     conf_dst.mkdir(parents=True, exist_ok=True)
     cmd = exec_command(args.exec_cmd)
+    if cmd.startswith(("/home/", "/root/")):
+        print(f"warning: {cmd.split()[0]} is under a home directory, which ProtectHome=yes hides from the service; "
+              "install edgellama system-wide or pass --exec", file=sys.stderr)
     for name in UNITS:
         text = (src / name).read_text().replace("/usr/bin/edgellama", cmd)
         (unit_dst / name).write_text(text)
