@@ -119,9 +119,9 @@ def soak(model: str | None, n: int, concurrency: int, disconnect: float, seed: i
             if rec.get("msg") == "request":
                 logged[rec["id"]] = rec["outcome"]
     finally:
-        srv.kill()
         if os.environ.get("SOAK_KEEP_LOG"):
             print(srv.stderr()[-6000:], file=sys.stderr)
+        srv.kill()
     outcomes: dict[str, int] = {}
     for r in results:
         outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1

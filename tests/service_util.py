@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -144,7 +145,9 @@ class ServerProc:
             self.errf.close()
 
     def kill(self) -> None:
+        """Ends the server if still running and removes its directory (call last: the log goes too)."""
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
         self.errf.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
