@@ -19,13 +19,13 @@ __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_USAGE", "build_parser", "main
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from edgellama.cli import bench, info, models, perplexity, run
+    from edgellama.cli import bench, client, info, install_service, models, perplexity, run, serve
 
     p = Parser(prog="edgellama", description="Offline LLM inference for small boards (GGUF).")
     p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for mod in (run, perplexity, bench, info, models):
+    for mod in (run, perplexity, bench, info, models, serve, client, install_service):
         mod.add_parser(sub)
     return p
 

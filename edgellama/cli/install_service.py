@@ -1,0 +1,67 @@
+"""`edgellama install-service`: puts systemd/edgellama.{service,socket} and a commented default
+config in place (ExecStart pointing at this edgellama), so `systemctl enable --now edgellama.socket`
+is the only step left. --root DIR writes under DIR instead of / (packaging, tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+UNITS = ("edgellama.service", "edgellama.socket")
+CONFIG = "edgellama.toml"
+
+
+def units_dir() -> Path:
+    """The systemd/ folder of this source tree (units are text files kept beside the package)."""
+    here = Path(__file__).resolve().parents[2] / "systemd"
+    if not (here / UNITS[0]).is_file():
+        raise FileNotFoundError(f"unit files not found in {here} (install-service runs from a source checkout)")
+    return here
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("install-service", help="install the systemd units and a default config",
+                       description=__doc__)
+    p.add_argument("--root", default="/", help="install under this root (default /)")
+    p.add_argument("--exec", dest="exec_cmd", default=None,
+                   help="command that runs edgellama (default: this interpreter with -m edgellama.cli)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing config file")
+    p.set_defaults(handler=install)
+
+
+def exec_command(explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    found = shutil.which("edgellama")
+    return found if found else f"{sys.executable} -m edgellama.cli"
+
+
+def install(args: argparse.Namespace) -> int:
+    src = units_dir()
+    root = Path(args.root)
+    unit_dst = root / "etc/systemd/system"
+    conf_dst = root / "etc/edgellama"
+    unit_dst.mkdir(parents=True, exist_ok=True)
+    conf_dst.mkdir(parents=True, exist_ok=True)
+    cmd = exec_command(args.exec_cmd)
+    if cmd.startswith(("/home/", "/root/")):
+        print(f"warning: {cmd.split()[0]} is under a home directory, which ProtectHome=yes hides from the service; "
+              "install edgellama system-wide or pass --exec", file=sys.stderr)
+    for name in UNITS:
+        text = (src / name).read_text().replace("/usr/bin/edgellama", cmd)
+        (unit_dst / name).write_text(text)
+        print(f"installed {unit_dst / name}")
+    conf = conf_dst / CONFIG
+    if conf.exists() and not args.force:
+        print(f"kept existing {conf} (--force to replace)")
+    else:
+        shutil.copyfile(src / CONFIG, conf)
+        print(f"installed {conf}")
+    if Path(args.root).resolve() == Path("/"):
+        print("next: groupadd --system edgellama (clients join it), systemctl daemon-reload, "
+              "systemctl enable --now edgellama.socket")
+    return 0

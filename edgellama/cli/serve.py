@@ -1,0 +1,92 @@
+"""`edgellama serve`: the supervisor. Loads the model once and answers protocol v1 (newline-delimited
+JSON, docs/protocol.md) on a UNIX socket, as a systemd Type=notify service or by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from edgellama.cli.common import add_model_args, check_model_args, load, model_path
+
+DEFAULT_SOCKET = "/run/edgellama/edgellama.sock"
+
+
+def _mode(s: str) -> int:
+    try:
+        m = int(s, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an octal mode such as 0660, got {s!r}") from None
+    if not 0 <= m <= 0o777:
+        raise argparse.ArgumentTypeError(f"mode out of range: {s!r}")
+    return m
+
+
+def add_parser(sub: Any) -> None:
+    from edgellama.service import config
+
+    p = sub.add_parser("serve", help="serve the model on a UNIX socket (protocol v1, systemd-ready)",
+                       description=__doc__)
+    add_model_args(p)
+    p.add_argument("--socket", default=DEFAULT_SOCKET,
+                   help=f"socket path (default {DEFAULT_SOCKET}); a socket passed by systemd (LISTEN_FDS) wins")
+    p.add_argument("--socket-mode", type=_mode, default=0o660, help="permissions of a socket we create (octal)")
+    p.add_argument("--parallel", type=int, default=1,
+                   help="slots (requests decoded at once); one slot until the batched engine lands")
+    p.add_argument("--queue", type=int, default=8, help="requests waiting for a slot before `busy` errors")
+    p.add_argument("--max-tokens", type=int, default=512, help="most tokens one request may generate")
+    p.add_argument("--max-line", type=int, default=65536, help="longest request line in bytes")
+    p.add_argument("--system-prompt", metavar="FILE", default=None,
+                   help="system prompt for chat requests without one; evaluated at start and kept cached")
+    p.add_argument("--grace", type=float, default=0.0,
+                   help="seconds in-flight requests may finish after SIGTERM before `shutdown` errors")
+    p.add_argument("--log-format", choices=("text", "json"), default="text")
+    p.add_argument("--log-file", default=None, help="log to FILE instead of stderr (reopened on SIGHUP)")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    p.add_argument("--log-prompts", action="store_true", help="log prompts and outputs (off: counts only)")
+    p.add_argument("--config", metavar="FILE", default=None,
+                   help="TOML file with any of these flags as keys (e.g. ctx-size = 2048); the command line wins")
+    config.mark_defaults(p)
+    p.set_defaults(handler=serve)
+
+
+def check(args: argparse.Namespace) -> None:
+    check_model_args(args)
+    if args.parallel < 1:
+        raise ValueError("--parallel must be >= 1")
+    if args.queue < 0:
+        raise ValueError("--queue must be >= 0")
+    if args.max_tokens < 1:
+        raise ValueError("--max-tokens must be >= 1")
+    if args.max_line < 256:
+        raise ValueError("--max-line must be >= 256 bytes")
+    if args.grace < 0:
+        raise ValueError("--grace must be >= 0")
+
+
+def serve(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from edgellama.service import config, logs
+    from edgellama.service.scheduler import EngineConfig
+    from edgellama.service.server import ServeOptions, Server
+
+    config.merge(args)
+    check(args)
+    model_path(args)  # a missing model is a one-line error now, not after the socket is up
+    system = None
+    if args.system_prompt:
+        system = Path(args.system_prompt).read_text(encoding="utf-8")
+    handler = logs.setup(args.log_format, args.log_file, args.log_level)
+    if args.parallel > 1:
+        import logging
+
+        logging.getLogger("edgellama.service").warning(
+            "--parallel %d: this engine decodes one sequence; serving with 1 slot", args.parallel)
+    opts = ServeOptions(socket_path=args.socket, socket_mode=args.socket_mode, max_line=args.max_line,
+                        grace=args.grace, log_prompts=args.log_prompts)
+    cfg = EngineConfig(max_tokens=args.max_tokens, queue=args.queue, system_prompt=system,
+                       log_prompts=args.log_prompts, parallel=args.parallel)
+    server = Server(opts, cfg, lambda: load(args), handler)
+    return asyncio.run(server.run())

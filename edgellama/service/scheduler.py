@@ -1,0 +1,366 @@
+"""The engine thread: owns the LLM, takes queued requests into its slot, runs prompt chunks and
+decode steps, and reports events through each job's callback.
+
+It never touches sockets; cancellation is a flag checked between prompt chunks and decode steps.
+One slot today (--parallel 1 semantics); the protocol does not change when batched slots come.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgellama.service import protocol as P
+from edgellama.service.metrics import Metrics
+
+log = logging.getLogger("edgellama.service")
+
+# Test hook: while this file is absent, the engine thread blocks before each request (no heartbeat),
+# as a hung decode would; the watchdog test uses it. Unset in production.
+STALL_ENV = "EDGELLAMA_TEST_STALL_UNTIL"
+_SENTINEL = "\ue000"  # a private-use character that no chat template emits
+
+
+def render_chat(llm: Any, messages: list[dict[str, str]]) -> tuple[str, bool]:
+    """The model's chat template applied to messages, and whether encoding must add BOS (a template
+    writes it itself); the one call site of the chat renderer."""
+    try:
+        fmt = llm.chat
+        return str(fmt.render(messages)), not fmt.added_special
+    except ValueError as exc:  # no template in this model (names the pull command), or it refused the messages
+        raise P.ProtocolError(P.BAD_REQUEST, f"chat messages refused: {exc}") from None
+
+
+@dataclass
+class Job:
+    req: P.Completion
+    emit: Callable[[dict[str, Any]], None]  # called from the engine thread (or the loop for queued jobs)
+    t_arrival: float = field(default_factory=time.monotonic)
+    cancelled: str | None = None  # "cancelled" (by the client), "gone" (client closed), "shutdown"
+    finished: bool = False
+    slot: int = -1
+    stats: dict[str, Any] = field(default_factory=dict)
+    output: list[str] = field(default_factory=list)  # kept only with --log-prompts
+    prompt_text: str = ""
+
+
+@dataclass
+class EngineConfig:
+    max_tokens: int = 512
+    queue: int = 8
+    system_prompt: str | None = None
+    log_prompts: bool = False
+    parallel: int = 1
+
+
+class Scheduler:
+    def __init__(self, load: Callable[[], Any], cfg: EngineConfig, metrics: Metrics,
+                 on_ready: Callable[[], None], on_fatal: Callable[[BaseException], None]) -> None:
+        self.load = load
+        self.cfg = cfg
+        self.metrics = metrics
+        self.on_ready = on_ready
+        self.on_fatal = on_fatal
+        self.n_slots = 1
+        self.llm: Any = None
+        self.status = "loading"
+        self.cond = threading.Condition()
+        self.queue: deque[Job] = deque()
+        self.running: Job | None = None
+        self.stopping = False
+        self.heartbeat = time.monotonic()  # last sign of progress of the engine thread
+        self.system_tokens: list[int] = []
+        self.system_state = b""
+        self.thread = threading.Thread(target=self._main, name="edgellama-engine", daemon=True)
+
+    # ---- called from the I/O loop ----
+    def start(self) -> None:
+        self.thread.start()
+
+    def submit(self, job: Job) -> None:
+        """Queues job; raises ProtocolError(busy|shutdown) at once when it cannot be taken."""
+        with self.cond:
+            if self.stopping:
+                raise P.ProtocolError(P.SHUTDOWN, "the server is shutting down", job.req.id)
+            busy = 1 if self.running is not None else 0
+            if len(self.queue) + busy >= self.n_slots + self.cfg.queue:
+                raise P.ProtocolError(P.BUSY, f"all {self.n_slots} slot(s) busy and the queue of "
+                                      f"{self.cfg.queue} is full; retry later", job.req.id)
+            self.queue.append(job)
+            self.cond.notify_all()
+
+    def cancel(self, job: Job, reason: str) -> None:
+        """A queued job ends now; a running one at its next chunk or decode step."""
+        with self.cond:
+            if job.finished or job.cancelled:
+                return
+            job.cancelled = reason
+            if job not in self.queue:
+                return
+            self.queue.remove(job)
+            self._finish_locked(job, self._cancel_event(job))
+
+    def stop(self) -> None:
+        """Refuses new work, ends queued jobs with `shutdown` and the running one at its next step."""
+        with self.cond:
+            self.stopping = True
+            while self.queue:
+                job = self.queue.popleft()
+                job.cancelled = "shutdown"
+                self._finish_locked(job, P.error_event(job.req.id, P.SHUTDOWN, "the server is shutting down"))
+            if self.running is not None and not self.running.cancelled:
+                self.running.cancelled = "shutdown"
+            self.cond.notify_all()
+
+    def refuse_new(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+
+    def idle(self) -> bool:
+        with self.cond:
+            return self.running is None and not self.queue
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.cond:
+            return {"status": self.status, "slots": self.n_slots, "slots_busy": int(self.running is not None),
+                    "queue": len(self.queue), "queue_max": self.cfg.queue,
+                    "n_ctx": self.llm.n_ctx if self.llm is not None else 0,
+                    "kv_cache_tokens": len(self.llm.tokens) if self.llm is not None else 0}
+
+    # ---- the engine thread ----
+    def _finish_locked(self, job: Job, event: dict[str, Any]) -> None:
+        if job.finished:
+            return
+        job.finished = True
+        job.stats.setdefault("outcome", event.get("stop_reason") or event.get("code"))
+        self.metrics.outcome(str(job.stats["outcome"]))
+        job.emit(event)
+
+    def _finish(self, job: Job, event: dict[str, Any]) -> None:
+        with self.cond:
+            self._finish_locked(job, event)
+
+    def _cancel_event(self, job: Job) -> dict[str, Any]:
+        if job.cancelled == "shutdown":
+            return P.error_event(job.req.id, P.SHUTDOWN, "the server is shutting down")
+        return {"event": "done", "id": job.req.id, "stop_reason": "cancelled", "tokens_evaluated": 0,
+                "tokens_predicted": 0, "tokens_cached": 0, "timings": {}}
+
+    def _main(self) -> None:
+        try:
+            self.llm = self.load()
+            if self.cfg.system_prompt:
+                try:
+                    self.llm.chat  # noqa: B018 - a system prompt is the start of chat turns: the model needs a template
+                except ValueError as exc:
+                    raise ValueError(f"--system-prompt needs a model with a chat template: {exc}") from None
+                self.system_tokens = self._system_prefix(self.cfg.system_prompt)
+                self.llm.prefill(self.system_tokens)
+                self.system_state = self.llm.engine.state()  # n_used positions only: small
+            with self.cond:
+                self.status = "ok"
+        except BaseException as exc:  # noqa: BLE001 - reported to the loop, which exits non-zero
+            self.heartbeat = time.monotonic()
+            self.on_fatal(exc)
+            self.stop()
+            return
+        self.heartbeat = time.monotonic()
+        self.on_ready()
+        from edgellama.llm import ContextFull
+
+        while True:
+            with self.cond:
+                while not self.queue and not self.stopping:
+                    self.cond.wait(timeout=0.25)
+                    self.heartbeat = time.monotonic()
+                if not self.queue:
+                    break
+                job = self.queue.popleft()
+                self.running = job
+            try:
+                self._run(job)
+            except ContextFull as exc:  # a context shift that cannot make room (--no-context-shift, --keep)
+                self._finish(job, P.error_event(job.req.id, P.CONTEXT, str(exc)))
+                self.llm.reset()
+            except Exception as exc:  # noqa: BLE001 - an engine failure ends this request, not the service
+                log.error("request failed: %s", exc, extra={"fields": {"id": job.req.id,
+                                                                       "trace": traceback.format_exc()}})
+                self._finish(job, P.error_event(job.req.id, P.INTERNAL, f"engine failure: {exc}"))
+                self.llm.reset()
+            finally:
+                with self.cond:
+                    self.running = None
+                    if not job.finished:  # every request ends with exactly one done or error
+                        self._finish_locked(job, P.error_event(job.req.id, P.INTERNAL, "request ended without a result"))
+                self.heartbeat = time.monotonic()
+        self.llm.close()
+
+    def _system_prefix(self, system: str) -> list[int]:
+        """The tokens every chat turn with this system prompt starts with (the template up to the user text)."""
+        text, add_special = render_chat(self.llm, [{"role": "system", "content": system},
+                                                   {"role": "user", "content": _SENTINEL}])
+        prefix = text[:text.index(_SENTINEL)]
+        tokens: list[int] = self.llm.tokenizer.encode(prefix, add_special=add_special, parse_special=True)
+        return tokens
+
+    def _tokens(self, job: Job) -> list[int]:
+        req, tok = job.req, self.llm.tokenizer
+        if req.messages is not None:
+            messages = req.messages
+            if self.cfg.system_prompt and not any(m["role"] == "system" for m in messages):
+                messages = [{"role": "system", "content": self.cfg.system_prompt}, *messages]
+            text, add_special = render_chat(self.llm, messages)
+            parse_special = True
+        else:
+            text = req.prompt or ""
+            parse_special, add_special = req.special, True
+        if self.cfg.log_prompts:
+            job.prompt_text = text
+        ids: list[int] = tok.encode(text, add_special=add_special, parse_special=parse_special)
+        return ids
+
+    def _stalled_by_test(self) -> None:
+        path = os.environ.get(STALL_ENV)
+        while path and not os.path.exists(path):
+            time.sleep(0.05)  # deliberately no heartbeat: the watchdog must stop
+
+    def _run(self, job: Job) -> None:
+        from edgellama.sampling import Sampler, SamplerParams
+
+        self._stalled_by_test()
+        llm, req = self.llm, job.req
+        t_start = time.monotonic()
+        job.slot = 0
+        job.stats["queue_ms"] = round((t_start - job.t_arrival) * 1000.0, 2)
+        self.metrics.queue_wait(t_start - job.t_arrival)
+        if job.cancelled:
+            self._finish(job, self._cancel_event(job))
+            return
+        try:
+            ids = self._tokens(job)
+        except P.ProtocolError as exc:
+            self._finish(job, P.error_event(req.id, exc.code, str(exc)))
+            return
+        job.stats["n_prompt"] = len(ids)
+        if len(ids) >= llm.n_ctx:
+            self._finish(job, P.error_event(req.id, P.CONTEXT, f"the prompt has {len(ids)} tokens; the context "
+                                            f"holds {llm.n_ctx} (-c), with room for at least one more"))
+            return
+        n_predict = self.cfg.max_tokens if req.n_predict < 0 else min(req.n_predict, self.cfg.max_tokens)
+        params = SamplerParams(temp=req.temperature, top_k=req.top_k, top_p=req.top_p, min_p=req.min_p,
+                               repeat_penalty=req.repeat_penalty, repeat_last_n=req.repeat_last_n, seed=req.seed)
+        sampler = Sampler(params, llm.n_ctx)
+        if not req.cache_prompt:
+            llm.reset()
+
+        # the prompt in chunks of n_batch, so cancel and shutdown are seen between chunks; generate() evaluates
+        # the last chunk (LLM.prefill reuses what the cache holds), so the forward passes are those of `run`
+        common = _common_prefix(llm.tokens, ids)
+        sys_n = len(self.system_tokens)
+        if self.system_state and common < sys_n and ids[:sys_n] == self.system_tokens:
+            # another prompt took the cache since: put the system prompt's KV back instead of evaluating it
+            llm.engine.load_state(self.system_state)
+            llm.tokens = list(self.system_tokens)
+            common = _common_prefix(llm.tokens, ids)
+        n_eval, n_chunks = 0, 0
+        end = min(common, len(ids) - 1)
+        while len(ids) - end > llm.n_batch:
+            if job.cancelled:
+                self._finish(job, self._cancel_event(job))
+                return
+            end += llm.n_batch
+            llm.prefill(ids[:end])
+            n_eval += llm.n_prompt_evaluated
+            n_chunks += 1
+            self.heartbeat = time.monotonic()
+        t_prompt_done = [0.0]
+
+        def on_prompt() -> None:
+            t_prompt_done[0] = time.monotonic()
+
+        def should_stop() -> bool:
+            self.heartbeat = time.monotonic()
+            return job.cancelled is not None
+
+        stops = req.stop
+        pending = ""
+        reason = "length"
+        n_predicted = 0
+        for ev in llm.generate(ids, sampler, n_predict, should_stop=should_stop, on_prompt=on_prompt):
+            if ev.kind == "token":
+                n_predicted += 1
+                if n_predicted == 1:
+                    job.stats["ttft_ms"] = round((time.monotonic() - job.t_arrival) * 1000.0, 2)
+            else:
+                n_eval += ev.timings.prompt_tokens
+                reason = {"stop": "eos"}.get(ev.stop_reason, ev.stop_reason)
+                n_predicted = ev.timings.gen_tokens
+            pending += ev.text
+            out, pending, hit = _split_stop(pending, stops, final=ev.kind == "done")
+            if out:
+                if self.cfg.log_prompts or not req.stream:
+                    job.output.append(out)
+                if req.stream:
+                    job.emit({"event": "token", "id": req.id, "text": out})
+            if hit:
+                reason = "stop"
+                break
+        t_end = time.monotonic()
+        if t_prompt_done[0] == 0.0:
+            t_prompt_done[0] = t_end
+        prompt_s = t_prompt_done[0] - t_start
+        gen_s = t_end - t_prompt_done[0]
+        n_cached = len(ids) - n_eval
+        self.metrics.prompt(n_eval, n_cached, prompt_s, n_chunks + 1)
+        self.metrics.predicted(n_predicted, gen_s)
+        timings = {"queue_ms": job.stats["queue_ms"], "prompt_n": n_eval, "prompt_ms": round(prompt_s * 1000.0, 2),
+                   "predicted_n": n_predicted, "predicted_ms": round(gen_s * 1000.0, 2),
+                   "predicted_per_second": round(n_predicted / gen_s, 2) if gen_s > 0 else 0.0}
+        job.stats.update(n_eval=n_eval, n_cached=n_cached, n_predicted=n_predicted,
+                         prompt_ms=timings["prompt_ms"], gen_ms=timings["predicted_ms"])
+        if reason == "cancelled" or job.cancelled:
+            self._finish(job, self._cancel_event(job) | ({"tokens_evaluated": n_eval, "tokens_predicted": n_predicted,
+                                                          "tokens_cached": n_cached, "timings": timings}
+                                                         if job.cancelled != "shutdown" else {}))
+            return
+        done: dict[str, Any] = {"event": "done", "id": req.id, "stop_reason": reason, "tokens_evaluated": n_eval,
+                                "tokens_predicted": n_predicted, "tokens_cached": n_cached, "timings": timings}
+        if not req.stream:
+            done["content"] = "".join(job.output)
+        self._finish(job, done)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _split_stop(text: str, stops: list[str], final: bool) -> tuple[str, str, bool]:
+    """(text to send, text held back, stop string found): held back is the longest tail that could
+    still grow into a stop string, so a stop string is never half sent."""
+    if not stops:
+        return text, "", False
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    if hits:
+        return text[:min(hits)], "", True
+    if final:
+        return text, "", False
+    keep = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), keep, -1):
+            if text.endswith(s[:k]):
+                keep = k
+                break
+    return text[:len(text) - keep], text[len(text) - keep:], False

@@ -1,0 +1,228 @@
+"""`edgellama serve` put together: one asyncio loop for the socket, protocol, limits, metrics and
+systemd; the scheduler's engine thread for the model. Events cross with one call_soon_threadsafe.
+
+Shutdown (SIGTERM/SIGINT): stop accepting, let in-flight work finish within --grace, end the rest
+with a `shutdown` error, remove the socket we created, exit 0. SIGHUP reopens the log file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from edgellama.service import protocol as P
+from edgellama.service.logs import ReopenableHandler
+from edgellama.service.metrics import Metrics
+from edgellama.service.scheduler import EngineConfig, Job, Scheduler
+from edgellama.service.systemd import Notifier
+from edgellama.service.transport import Connection, listening_socket
+
+log = logging.getLogger("edgellama.service")
+
+
+@dataclass
+class ServeOptions:
+    socket_path: str
+    socket_mode: int = 0o660
+    max_line: int = 65536
+    grace: float = 0.0
+    log_prompts: bool = False
+
+
+class Server:
+    def __init__(self, opts: ServeOptions, engine_cfg: EngineConfig, load: Callable[[], Any],
+                 log_handler: ReopenableHandler | None = None) -> None:
+        self.opts = opts
+        self.metrics = Metrics()
+        self.notifier = Notifier()
+        self.log_handler = log_handler
+        self.connections: set[Connection] = set()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stop_requested: asyncio.Event | None = None
+        self.fatal: BaseException | None = None
+        self.scheduler = Scheduler(load, engine_cfg, self.metrics, self._ready_threadsafe, self._fatal_threadsafe)
+        self.stopping = False
+
+    # ---- engine thread -> loop ----
+    def _ready_threadsafe(self) -> None:
+        assert self.loop is not None
+        self.loop.call_soon_threadsafe(self._ready)
+
+    def _ready(self) -> None:
+        s = self.scheduler
+        llm = s.llm
+        log.info("model loaded", extra={"fields": {"model": str(llm.path), "n_ctx": llm.n_ctx,
+                                                   "load_ms": round(llm.load_ms, 1),
+                                                   "system_tokens": len(s.system_tokens)}})
+        self.notifier.notify(f"READY=1\nSTATUS=ready: {llm.path.name}, n_ctx {llm.n_ctx}, "
+                             f"{len(s.system_tokens)} system prompt tokens cached")
+
+    def _fatal_threadsafe(self, exc: BaseException) -> None:
+        assert self.loop is not None
+        self.loop.call_soon_threadsafe(self._fatal, exc)
+
+    def _fatal(self, exc: BaseException) -> None:
+        self.fatal = exc
+        self.request_stop()
+
+    def _emitter(self, conn: Connection, job: Job) -> Callable[[dict[str, Any]], None]:
+        loop = self.loop
+        assert loop is not None
+
+        def emit(event: dict[str, Any]) -> None:
+            loop.call_soon_threadsafe(self._deliver, conn, job, event)
+
+        return emit
+
+    def _deliver(self, conn: Connection, job: Job, event: dict[str, Any]) -> None:
+        conn.send(event)
+        if event["event"] in ("done", "error"):
+            if conn.inflight.get(job.req.id) is job:
+                del conn.inflight[job.req.id]
+            self._log_request(job, event)
+            if conn.eof and not conn.inflight:
+                conn.close()
+
+    def _log_request(self, job: Job, event: dict[str, Any]) -> None:
+        fields: dict[str, Any] = {"id": job.req.id, "slot": job.slot, "outcome": job.stats.get("outcome")}
+        for k in ("n_prompt", "n_cached", "n_eval", "n_predicted", "queue_ms", "ttft_ms", "prompt_ms", "gen_ms"):
+            if k in job.stats:
+                fields[k] = job.stats[k]
+        if event["event"] == "error":
+            fields["message"] = event["message"]
+        if self.opts.log_prompts:
+            fields["prompt"] = job.prompt_text or job.req.prompt or job.req.messages
+            fields["output"] = "".join(job.output)
+        level = logging.WARNING if event["event"] == "error" and event["code"] == P.INTERNAL else logging.INFO
+        log.log(level, "request", extra={"fields": fields})
+
+    # ---- connections ----
+    def connection_opened(self, conn: Connection) -> None:
+        self.connections.add(conn)
+
+    def connection_gone(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        for job in list(conn.inflight.values()):
+            self.scheduler.cancel(job, "gone")  # frees the slot at the next decode step
+        conn.inflight.clear()
+
+    def handle_line(self, conn: Connection, line: bytes) -> None:
+        try:
+            req = P.parse_line(line)
+        except P.ProtocolError as exc:
+            conn.send(P.error_event(exc.req_id, exc.code, str(exc)))
+            self.metrics.outcome(exc.code)
+            return
+        if isinstance(req, P.Control):
+            self._control(conn, req)
+            return
+        if req.id in conn.inflight:
+            conn.send(P.error_event(req.id, P.BAD_REQUEST, f"id {req.id!r} is already in flight on this connection"))
+            self.metrics.outcome(P.BAD_REQUEST)
+            return
+        job = Job(req, emit=lambda event: None)
+        job.emit = self._emitter(conn, job)  # the emitter needs the job it reports for
+        try:
+            self.scheduler.submit(job)
+        except P.ProtocolError as exc:
+            conn.send(P.error_event(req.id, exc.code, str(exc)))
+            self.metrics.outcome(exc.code)
+            log.info("request", extra={"fields": {"id": req.id, "outcome": exc.code}})
+            return
+        conn.inflight[req.id] = job
+
+    def _control(self, conn: Connection, req: P.Control) -> None:
+        if req.type == "health":
+            snap = self.scheduler.snapshot()
+            status = "stopping" if self.stopping else snap["status"]
+            conn.send({"event": "health", "id": req.id, "status": status, "slots": snap["slots"],
+                       "slots_busy": snap["slots_busy"], "queue": snap["queue"], "queue_max": snap["queue_max"],
+                       "n_ctx": snap["n_ctx"], "protocol": P.VERSION})
+        elif req.type == "metrics":
+            conn.send({"event": "metrics", "id": req.id, "text": self.metrics_text()})
+        else:  # cancel
+            assert req.id is not None
+            job = conn.inflight.get(req.id)
+            if job is None:
+                conn.send(P.error_event(req.id, P.NOT_FOUND, f"no request {req.id!r} in flight on this connection"))
+            else:
+                self.scheduler.cancel(job, "cancelled")
+
+    def metrics_text(self) -> str:
+        snap = self.scheduler.snapshot()
+        return self.metrics.render({"requests_processing": snap["slots_busy"], "requests_deferred": snap["queue"],
+                                    "kv_cache_tokens": snap["kv_cache_tokens"], "n_ctx": snap["n_ctx"],
+                                    "connections": len(self.connections)})
+
+    # ---- lifecycle ----
+    def request_stop(self) -> None:
+        if self.stop_requested is not None:
+            self.stop_requested.set()
+
+    def reopen_log(self) -> None:
+        if self.log_handler is not None:
+            self.log_handler.reopen()
+        log.info("log reopened (SIGHUP)")
+
+    async def _watchdog(self) -> None:
+        """WATCHDOG=1 only while the engine thread shows progress: a hung decode gets us restarted."""
+        period = self.notifier.watchdog_usec / 2e6
+        limit = self.notifier.watchdog_usec / 1e6
+        while True:
+            await asyncio.sleep(period)
+            # while loading there is no step to watch (TimeoutStartSec= bounds the start instead)
+            if self.scheduler.status == "loading" or time.monotonic() - self.scheduler.heartbeat < limit:
+                self.notifier.notify("WATCHDOG=1")
+
+    async def run(self) -> int:
+        self.loop = asyncio.get_running_loop()
+        self.stop_requested = asyncio.Event()
+        sock, created = listening_socket(self.opts.socket_path, self.opts.socket_mode)
+        path = self.opts.socket_path if created else str(sock.getsockname() or "(passed by systemd)")
+        server = await self.loop.create_unix_server(lambda: Connection(self, self.opts.max_line), sock=sock)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(sig, self.request_stop)
+        self.loop.add_signal_handler(signal.SIGHUP, self.reopen_log)
+        log.info("listening", extra={"fields": {"socket": path, "activated": not created, "pid": os.getpid()}})
+        self.notifier.notify("STATUS=loading the model")
+        self.scheduler.start()
+        wd = asyncio.create_task(self._watchdog()) if self.notifier.watchdog_usec else None
+        try:
+            await self.stop_requested.wait()
+            await self._shutdown(server)
+        finally:
+            if wd is not None:
+                wd.cancel()
+            if created:
+                try:
+                    os.unlink(self.opts.socket_path)
+                except FileNotFoundError:
+                    pass
+            self.notifier.close()
+        if self.fatal is not None:
+            raise self.fatal
+        return 0
+
+    async def _shutdown(self, server: asyncio.Server) -> None:
+        self.stopping = True
+        self.notifier.notify("STOPPING=1\nSTATUS=stopping")
+        log.info("stopping", extra={"fields": {"grace_s": self.opts.grace}})
+        server.close()  # stop accepting; open connections go on until their work ends
+        if self.opts.grace > 0 and self.fatal is None:
+            self.scheduler.refuse_new()
+            deadline = time.monotonic() + self.opts.grace
+            while not self.scheduler.idle() and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+        self.scheduler.stop()
+        await asyncio.to_thread(self.scheduler.thread.join, 30.0)
+        await asyncio.sleep(0)  # deliver the last events queued by the engine thread
+        for conn in list(self.connections):
+            conn.close()
+        await asyncio.sleep(0.05)  # let the transports flush and close
+        log.info("stopped")
