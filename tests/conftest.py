@@ -75,6 +75,20 @@ def simd_isa(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def llamacpp_quants() -> Any:
+    """llama.cpp's quantize_row_*_ref (llamacpp_ref.py): built once from the llama-cpp-python sdist,
+    cached; offline the test skips, in CI it fails."""
+    from llamacpp_ref import LlamaCppQuants, ReferenceUnavailable, build
+
+    from edgellama.default_model import cache_dir
+
+    try:
+        return LlamaCppQuants(build(cache_dir()))
+    except ReferenceUnavailable as exc:
+        skip_or_fail(str(exc))
+
+
+@pytest.fixture(scope="session")
 def gemma_path() -> Path:
     from edgellama.default_model import ModelNotAvailable, default_model_path
 

@@ -219,6 +219,9 @@ def act_inputs(act_type: int, rng: np.random.Generator) -> list[npt.NDArray[np.f
     z = rng.standard_normal(n).astype(np.float32)
     z[:bs] = 0.0  # an all-zero block
     out.append(z)
+    # normal floats below 127 / FLT_MAX, and denormals: Q8_K's -127 / max and Q8_0's 1 / d overflow
+    out.append((rng.uniform(1.2e-38, 3.6e-37, n) * rng.choice([-1.0, 1.0], n)).astype(np.float32))
+    out.append((rng.standard_normal(n) * 1e-40).astype(np.float32))
     return out
 
 
