@@ -12,6 +12,7 @@ import gguf.quants as gq
 import numpy as np
 import numpy.typing as npt
 import pytest
+from act_reference import q8_K_reference
 from gguf import GGMLQuantizationType as GT
 
 from edgellama.gguf.ggml_types import COMPUTE_TYPES, TYPE_SIZES
@@ -343,22 +344,6 @@ def test_q8_1_quantizer_is_q8_0_plus_block_sum() -> None:
     assert np.array_equal(
         got[:, 2:4].copy().view(np.float16).reshape(-1).view(np.uint16), s_ref.view(np.uint16)
     )
-
-
-def q8_K_reference(x: npt.NDArray[np.float32]) -> npt.NDArray[np.uint8]:
-    """quantize_row_q8_K_ref in numpy: signed max, iscale = -127/max, nearest (half to even), <= 127."""
-    blocks = x.reshape(-1, 256)
-    out = np.zeros((blocks.shape[0], 292), np.uint8)
-    for i, b in enumerate(blocks):
-        mx = b[np.argmax(np.abs(b))]
-        if mx == 0:
-            continue
-        iscale = np.float32(-127.0) / mx
-        q = np.minimum(np.rint(iscale * b), 127).astype(np.int8)
-        out[i, 0:4] = np.array([np.float32(1.0) / iscale], np.float32).view(np.uint8)
-        out[i, 4:260] = q.view(np.uint8)
-        out[i, 260:] = q.astype(np.int16).reshape(16, 16).sum(axis=1).astype(np.int16).view(np.uint8)
-    return out.reshape(-1)
 
 
 def test_q8_K_quantizer_matches_ggml_reference() -> None:

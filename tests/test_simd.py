@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
+from act_reference import q8_0_reference, q8_1_reference, q8_K_reference
 
 import edgellama
 from edgellama.gguf.ggml_types import TYPE_SIZES
@@ -225,16 +226,20 @@ def act_inputs(act_type: int, rng: np.random.Generator) -> list[npt.NDArray[np.f
     return out
 
 
+ACT_REFERENCE = {T.Q8_0: q8_0_reference, T.Q8_1: q8_1_reference, T.Q8_K: q8_K_reference}
+
+
 @pytest.mark.parametrize("act_type", [T.Q8_0, T.Q8_1, T.Q8_K], ids=lambda t: T(t).name)
 def test_quantize_act_bytes_equal_reference(simd_isa: str, internal: Any, act_type: int) -> None:
+    """The activation quantizer of the ISA and the scalar one, against the format written in numpy
+    (act_reference.py; test_quants holds el_quantize to llama.cpp's own _ref quantizers)."""
     rng = np.random.default_rng(int(act_type))
     for x in act_inputs(act_type, rng):
-        ref = kernels.quantize(x, act_type).tobytes()  # el_quantize: always the reference
+        ref = ACT_REFERENCE[act_type](x).tobytes()
         kernels.set_isa(simd_isa)
-        got = quantize_act(internal, act_type, x)
-        assert got == ref
+        assert quantize_act(internal, act_type, x) == ref
         kernels.set_isa("scalar")
-        assert quantize_act(internal, act_type, x) == ref  # the harness itself reads the reference
+        assert quantize_act(internal, act_type, x) == ref
 
 
 def test_internal_table_is_the_active_one(simd_isa: str, internal: Any) -> None:
