@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from act_reference import q8_K_reference
+from conftest import SIMD_ISAS
 from gguf import GGMLQuantizationType as GT
 
 from edgellama.gguf.ggml_types import COMPUTE_TYPES, TYPE_SIZES
@@ -71,7 +72,7 @@ RMS_BOUND: dict[int, float] = {
     T.Q8_K: 0.0080,
 }
 
-ISAS = [name for name in ("scalar", "avx2", "neon", "neon-dotprod") if kernels.isa_available(name)]
+ISAS = ["scalar", *SIMD_ISAS]
 
 
 def block_size(t: int) -> int:
@@ -418,6 +419,8 @@ def test_activation_dequantize_is_d_times_qs() -> None:
 
 @pytest.fixture(params=ISAS)
 def isa(request: pytest.FixtureRequest) -> Iterator[str]:
+    if not kernels.isa_available(request.param):
+        pytest.skip(f"ISA {request.param} not available on this CPU/build")
     before = kernels.isa()
     kernels.set_isa(request.param)
     yield request.param

@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from act_reference import q8_0_reference, q8_1_reference, q8_K_reference
+from conftest import SIMD_ISAS
 
 import edgellama
 from edgellama.gguf.ggml_types import TYPE_SIZES
@@ -560,7 +561,7 @@ def test_batched_matmul_rows_equal_single_row_matmuls(simd_isa: str, wtype: int)
 # ---- ISA choice ----
 
 
-@pytest.mark.parametrize("want", ["avx2", "avx512", "scalar"])
+@pytest.mark.parametrize("want", [*SIMD_ISAS, "scalar"])
 def test_edgellama_isa_selects_that_isa_at_start(want: str) -> None:
     """EDGELLAMA_ISA picks the table before any call (a fresh process); without it the best one wins."""
     import subprocess
