@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -227,21 +226,6 @@ def test_stream_decoder_passes_multibyte_bpe_pieces_whole(smollm2_tok: Tokenizer
     assert all("\ufffd" not in p for p in pieces)
 
 
-def test_load_and_encode_speed_with_the_262k_vocab(gemma_path: Path) -> None:
-    md = read_metadata(gemma_path)
-    t0 = time.perf_counter()
-    tok = tokenizer_from_metadata(md)
-    t_load = time.perf_counter() - t0
-    text = (reference_dir() / "ppl-text.txt").read_text()
-    t0 = time.perf_counter()
-    ids = tok.encode(text)
-    t_enc = time.perf_counter() - t0
-    print(f"\ngemma3 tokenizer: load {t_load * 1e3:.0f} ms, encode {len(ids)} tokens in {t_enc * 1e3:.0f} ms")
-    assert len(ids) > 3000
-    # generous sanity bounds for a shared 2-core box; measured figures are in the commit report
-    assert t_load < 3.0 and t_enc < 2.0
-
-
 @pytest.mark.slow  # the gguf package's reader needs ~3-9 s for a 49k vocabulary
 def test_both_gguf_readers_give_the_same_tokenizer(smollm2_path: Path) -> None:
     pytest.importorskip("gguf")
@@ -364,15 +348,11 @@ def test_bpe_long_words_merge_like_short_ones(smollm2_tok: Tokenizer) -> None:
         assert _merge_long(word, ranks) == _merge_short(list(word), ranks), word
 
 
-def test_bpe_and_spm_handle_a_long_run_without_quadratic_time(
-    gemma_tok: Tokenizer, smollm2_tok: Tokenizer
-) -> None:
+def test_bpe_and_spm_round_trip_a_long_run(gemma_tok: Tokenizer, smollm2_tok: Tokenizer) -> None:
+    # its time (a quadratic merge would take minutes) is measured by bench/tokenizer.py
     text = "x" * 20000 + "=" * 20000
     for tok in (gemma_tok, smollm2_tok):
-        t0 = time.perf_counter()
-        ids = tok.encode(text, add_special=False)
-        assert time.perf_counter() - t0 < 5.0  # a quadratic merge takes minutes here
-        assert tok.decode(ids) == text
+        assert tok.decode(tok.encode(text, add_special=False)) == text
 
 
 def test_byte_level_map_round_trips_every_byte() -> None:
