@@ -85,7 +85,8 @@ def llamacpp_quants() -> Any:
     try:
         return LlamaCppQuants(build(cache_dir()))
     except ReferenceUnavailable as exc:
-        skip_or_fail(str(exc))
+        reason = str(exc)
+    skip_or_fail(reason)  # outside the except: a CI failure shows the reason, not a chained traceback
 
 
 @pytest.fixture(scope="session")
@@ -95,7 +96,8 @@ def gemma_path() -> Path:
     try:
         return default_model_path()
     except ModelNotAvailable as exc:
-        skip_or_fail(str(exc))
+        reason = str(exc)
+    skip_or_fail(reason)
 
 
 def package_dir(module: str, what: str, install: str) -> Path:

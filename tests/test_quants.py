@@ -1,5 +1,6 @@
-"""Scalar reference quantization: bit-exact against gguf-py, round-trip error bounds, dot products
-against float64 numpy, and argument checking of the C type API (errors raise, never crash)."""
+"""Scalar reference quantization: bit-exact against gguf-py and llama.cpp's quantize_row_*_ref,
+round-trip error bounds, dot products against float64 numpy, and argument checking of the C type API
+(errors raise, never crash)."""
 
 from __future__ import annotations
 
