@@ -10,11 +10,12 @@
 #     whose prompt top-10 are llama.cpp's reference logits to the bit: a Pi reproduces llama.cpp x86.
 #  2. A documented subset of the project's pytest suite, run by the root's pytest 7.2:
 #       A72: test_quants.py (minus the gemma_rows tests: gguf-py's reader needs ~10 emulated minutes
-#            for the 262k vocabulary), test_gguf_writer.py, test_gguf_reader.py (not slow, not
-#            test_gemma3_opens_fast: a host CPU-time bound, meaningless under emulation),
+#            for the 262k vocabulary), test_gguf_writer.py, test_gguf_reader.py (not slow),
 #            test_tokenizer.py, test_info.py; also left out for time (ISA-independent Python, 30-50 s
 #            emulated each): test_smollm2_reads_exactly_like_gguf_py (gguf-py parsing a 49k vocab),
-#            test_bad_or_missing_file_is_one_line_error_without_traceback (5 emulated interpreters)
+#            test_bad_or_missing_file_is_one_line_error_without_traceback (5 emulated interpreters),
+#            test_quantize_bit_exact_with_llama_cpp_reference (it downloads and builds llama.cpp's
+#            quantizers; the quantizers are plain C without contraction, compared on the host)
 #       A76: test_simd.py (the SIMD-vs-scalar checks, for both neon and neon-dotprod)
 #     Left out: test_gguf_hostile.py (pure-Python parser fuzzing, ISA-independent, ~100 s emulated),
 #     test_c_kernels.py / test_aarch64.py (they drive compilers and qemu themselves).
@@ -141,9 +142,9 @@ PY
 fi
 
 if [ "$do_pytest" = yes ]; then
-    # the gemma_rows tests of test_quants.py, a host-speed bound, two slow ISA-independent ones
+    # the gemma_rows tests of test_quants.py, two slow ISA-independent ones
     deselect="not gemma_holds and not gemma_tensor and not requantizing_gemma"
-    deselect="$deselect and not reproduces_llama_cpp_blocks and not opens_fast"
+    deselect="$deselect and not reproduces_llama_cpp_blocks and not llama_cpp_reference"
     deselect="$deselect and not smollm2_reads_exactly_like_gguf_py and not bad_or_missing_file_is_one_line"
     a72_files="tests/test_quants.py tests/test_gguf_writer.py tests/test_gguf_reader.py"
     a72_files="$a72_files tests/test_tokenizer.py tests/test_info.py"

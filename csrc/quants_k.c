@@ -30,9 +30,9 @@ static inline int nearest_int(float fval) {
 
 /* ====================== the scale searches of ggml-quants.c ====================== */
 
-/* make_qx_quants with rmse_type 1 and no importance weights (the only form the _ref quantizers
- * use): symmetric levels -nmax..nmax-1 stored as L + nmax, weights x^2, 19 trial scales. */
-static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
+/* The value of largest magnitude with its sign (the first on ties): the symmetric searches of Q3_K
+ * and Q6_K scale their levels from it, per sub-block and again over the sub-block scales. */
+static float signed_max(const float *x, int n) {
     float max = 0, amax = 0;
     for (int i = 0; i < n; ++i) {
         const float ax = fabsf(x[i]);
@@ -41,70 +41,62 @@ static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
             max = x[i];
         }
     }
-    if (amax < GROUP_MAX_EPS) {
-        memset(L, 0, (size_t)n);
-        return 0.f;
-    }
-    float iscale = -nmax / max;
-    float sumlx = 0, suml2 = 0;
+    return max;
+}
+
+/* levels l = nearest_int(iscale x) in -nmax..nmax-1 and their x^2-weighted fit sums
+ * sum(w x l), sum(w l^2): the trial both symmetric searches start from (make_qx_quants also
+ * repeats it per candidate scale) */
+static void fit_levels(int n, int nmax, float iscale, const float *x, int8_t *L, float *sumlx, float *suml2) {
+    float slx = 0, sl2 = 0;
     for (int i = 0; i < n; ++i) {
         int l = nearest_int(iscale * x[i]);
         l = MAXI(-nmax, MINI(nmax - 1, l));
-        L[i] = (int8_t)(l + nmax);
+        L[i] = (int8_t)l;
         const float w = x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
+        slx += w * x[i] * l;
+        sl2 += w * l * l;
     }
+    *sumlx = slx;
+    *suml2 = sl2;
+}
+
+/* make_qx_quants with rmse_type 1 and no importance weights (the only form the _ref quantizers
+ * use): symmetric levels -nmax..nmax-1 stored as L + nmax, weights x^2, 19 trial scales. */
+static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
+    const float max = signed_max(x, n);
+    if (fabsf(max) < GROUP_MAX_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0.f;
+    }
+    float sumlx, suml2;
+    fit_levels(n, nmax, -nmax / max, x, L, &sumlx, &suml2);
     float scale = suml2 ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
+    int8_t Laux[QK_K];
     for (int is = -9; is <= 9; ++is) {
         if (is == 0) continue;
-        iscale = -(nmax + 0.1f * is) / max;
-        sumlx = suml2 = 0;
-        for (int i = 0; i < n; ++i) {
-            int l = nearest_int(iscale * x[i]);
-            l = MAXI(-nmax, MINI(nmax - 1, l));
-            const float w = x[i] * x[i];
-            sumlx += w * x[i] * l;
-            suml2 += w * l * l;
-        }
+        fit_levels(n, nmax, -(nmax + 0.1f * is) / max, x, Laux, &sumlx, &suml2);
         if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-            for (int i = 0; i < n; ++i) {
-                const int l = nearest_int(iscale * x[i]);
-                L[i] = (int8_t)(nmax + MAXI(-nmax, MINI(nmax - 1, l)));
-            }
+            memcpy(L, Laux, (size_t)n);
             scale = sumlx / suml2;
             best = scale * sumlx;
         }
     }
+    for (int i = 0; i < n; ++i) L[i] = (int8_t)(L[i] + nmax);
     return scale;
 }
 
 /* make_q3_quants with do_rmse (as quantize_row_q3_K_ref calls it): start from the max, then up to
  * five passes moving single levels while the weighted fit improves. L holds levels + nmax. */
 static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; ++i) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
-    if (amax < GROUP_MAX_EPS) {
+    const float max = signed_max(x, n);
+    if (fabsf(max) < GROUP_MAX_EPS) {
         memset(L, 0, (size_t)n);
         return 0.f;
     }
-    const float iscale = -nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; ++i) {
-        int l = nearest_int(iscale * x[i]);
-        l = MAXI(-nmax, MINI(nmax - 1, l));
-        L[i] = (int8_t)l;
-        const float w = x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
-    }
+    float sumlx, suml2;
+    fit_levels(n, nmax, -nmax / max, x, L, &sumlx, &suml2);
     for (int itry = 0; itry < 5; ++itry) {
         int n_changed = 0;
         for (int i = 0; i < n; ++i) {
@@ -297,15 +289,8 @@ static void q3_K_from_float(const float *src, void *dst, size_t n) {
         block_q3_K y;
         int8_t L[QK_K];
         float scales[QK_K / 16];
-        float max_scale = 0, amax = 0;
-        for (int j = 0; j < QK_K / 16; ++j) {
-            scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
-            const float scale = fabsf(scales[j]);
-            if (scale > amax) {
-                amax = scale;
-                max_scale = scales[j];
-            }
-        }
+        for (int j = 0; j < QK_K / 16; ++j) scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
+        const float max_scale = signed_max(scales, QK_K / 16);
         memset(y.scales, 0, sizeof y.scales);
         if (max_scale) {
             const float iscale = -32.f / max_scale;
@@ -435,16 +420,9 @@ static void q6_K_from_float(const float *src, void *dst, size_t n) {
         block_q6_K y;
         int8_t L[QK_K];
         float scales[QK_K / 16];
-        float max_scale = 0, max_abs_scale = 0;
-        for (int ib = 0; ib < QK_K / 16; ++ib) {
-            scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
-            const float abs_scale = fabsf(scales[ib]);
-            if (abs_scale > max_abs_scale) {
-                max_abs_scale = abs_scale;
-                max_scale = scales[ib];
-            }
-        }
-        if (max_abs_scale < GROUP_MAX_EPS) {
+        for (int ib = 0; ib < QK_K / 16; ++ib) scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
+        const float max_scale = signed_max(scales, QK_K / 16);
+        if (fabsf(max_scale) < GROUP_MAX_EPS) {
             memset(&y, 0, sizeof y);
             memcpy(out + i * sizeof y, &y, sizeof y);
             continue;
@@ -483,18 +461,16 @@ static void q8_K_from_float(const float *src, void *dst, size_t n) {
     for (size_t i = 0; i < n / QK_K; i++) {
         const float *x = src + i * QK_K;
         block_q8_K y;
-        float max = 0, amax = 0;
-        for (int j = 0; j < QK_K; ++j) {
-            const float ax = fabsf(x[j]);
-            if (ax > amax) {
-                amax = ax;
-                max = x[j];
-            }
-        }
-        if (!amax) {
+        const float max = signed_max(x, QK_K);
+        const float iscale = max ? -127.f / max : 0.f;
+        if (!max) {
             memset(&y, 0, sizeof y); /* ggml leaves bsums unset here; ours are 0 */
+        } else if (isinf(iscale)) {
+            /* |max| < 127 / FLT_MAX: every product is inf or NaN, which ggml's nearest_int turns into
+             * a value whose int8 store wraps to 0: quants and bsums 0, d = 1/iscale (a signed zero) */
+            memset(&y, 0, sizeof y);
+            y.d = 1 / iscale;
         } else {
-            const float iscale = -127.f / max;
             for (int j = 0; j < QK_K; ++j) y.qs[j] = (int8_t)MAXI(-128, MINI(127, nearest_int(iscale * x[j])));
             for (int j = 0; j < QK_K / 16; ++j) {
                 int sum = 0;

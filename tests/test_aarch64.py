@@ -12,25 +12,23 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import in_ci, load_reference, skip_or_fail
 
 ROOT = Path(__file__).resolve().parent.parent
 CROSS = ROOT / "cross"
 ARM_ROOT = Path(
     os.environ.get("EDGELLAMA_ARM64_ROOT", Path.home() / ".cache" / "edgellama" / "arm64-bookworm")
 )
-IN_CI = os.environ.get("CI") == "true"
 
 
 def _need_cross_tools() -> None:
     missing = [t for t in ("aarch64-linux-gnu-gcc", "qemu-aarch64", "cc") if shutil.which(t) is None]
     if missing:
-        if IN_CI:
-            pytest.fail(f"CI must run the aarch64 checks, but {missing} are missing (cross/setup.sh)")
-        pytest.skip(f"cross tools missing: {missing} (run cross/setup.sh)")
+        skip_or_fail(f"cross tools missing: {missing} (run cross/setup.sh)")
 
 
 def _need_root() -> None:
-    if not (ARM_ROOT / ".edgellama-root-ok").exists() and not IN_CI:
+    if not (ARM_ROOT / ".edgellama-root-ok").exists() and not in_ci():
         pytest.skip(f"no cached arm64 root at {ARM_ROOT} (cross/make-root.sh builds it in about 2 minutes)")
 
 
@@ -93,7 +91,7 @@ def test_gemma3_on_emulated_a72_and_a76_decodes_llama_cpp_tokens_and_runs_the_py
     proc = _sh("run-python-tests.sh", 1800, EDGELLAMA_MODEL=str(gemma_path))
     out = proc.stdout
     assert proc.returncode == 0, out[-6000:] + proc.stderr[-3000:]
-    want = json.loads((ROOT.parent / "shared" / "reference" / "greedy.json").read_text())[0]["ids"]
+    want = load_reference("greedy.json")[0]["ids"]
     runs = {}  # (cpu, isa) -> greedy_check.py's report, from lines "-cpu CPU: {json} (N s)"
     for m in re.finditer(r"^-cpu (\S+): (\{.*\}) \(\d+ s\)$", out, re.MULTILINE):
         report = json.loads(m.group(2))
@@ -146,8 +144,8 @@ def test_armhf_scalar_kernels_pass_and_match_x86_golden_under_qemu_arm() -> None
     """cross/run-armhf-tests.sh: the C runner built for 32-bit Raspberry Pi OS (ARMv7 + NEON, hard
     float; the kernels' NEON is aarch64-only, so the scalar path) passes on a Cortex-A7 and -A15."""
     if shutil.which("arm-linux-gnueabihf-gcc") is None or shutil.which("qemu-arm") is None:
-        pytest.skip("armhf cross compiler or qemu-arm missing (apt-get install gcc-arm-linux-gnueabihf "
-                    "libc6-dev-armhf-cross qemu-user)")
+        skip_or_fail("armhf cross compiler or qemu-arm missing (apt-get install gcc-arm-linux-gnueabihf "
+                     "libc6-dev-armhf-cross qemu-user)")
     proc = _sh("run-armhf-tests.sh", 900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     for cpu in ("cortex-a7", "cortex-a15"):
@@ -171,7 +169,7 @@ def test_neon_paths_execute_fewer_aarch64_instructions_per_token_than_scalar(
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     counts = {r["isa"]: r for r in json.loads(out.read_text())}
-    want = json.loads((ROOT.parent / "shared" / "reference" / "smollm2-135m" / "greedy.json").read_text())[0]["ids"]
+    want = load_reference("greedy.json", "smollm2-135m")[0]["ids"]
     for r in counts.values():
         assert r["tokens"] == want[:2]
     per = {isa: counts[isa]["per_token_insns"] for isa in ("scalar", "neon", "neon-dotprod")}

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import skip_or_fail
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_SH = ROOT / "csrc" / "tests" / "build.sh"
@@ -20,7 +21,7 @@ SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-o
 def _cc() -> str:
     cc = os.environ.get("CC", "cc")
     if shutil.which(cc) is None:
-        pytest.skip(f"no C compiler ({cc})")
+        skip_or_fail(f"no C compiler ({cc})")
     return cc
 
 
@@ -96,9 +97,7 @@ def test_golden_vectors_round_trip_and_catch_a_changed_value(native_runner: Path
 
 def test_runner_is_clean_under_address_and_undefined_sanitizers(tmp_path: Path) -> None:
     if not _sanitizers_available(tmp_path):
-        if os.environ.get("CI") == "true":
-            pytest.fail("the compiler lacks -fsanitize=address,undefined in CI")
-        pytest.skip("compiler lacks -fsanitize=address,undefined")
+        skip_or_fail("the compiler lacks -fsanitize=address,undefined")
     # -O1 keeps the instrumented build and run short; the native test covers -O2
     binary = _build(tmp_path / "run_tests_asan", *SANITIZE, "-O1", "-g")
     proc = _run(

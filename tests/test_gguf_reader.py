@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -36,15 +35,6 @@ def test_gemma3_vocab_arrays_are_typed_readonly_views_of_the_mapping(gemma_path:
         assert len(tokens) == 262144 and tokens[:3] == ["<pad>", "<eos>", "<bos>"]
         assert f.metadata_types["tokenizer.ggml.tokens"] == (GGUFValueType.ARRAY, GGUFValueType.STRING)
         assert f.get("gemma3.block_count") == 18 and f.get("no.such.key", "dflt") == "dflt"
-
-
-def test_gemma3_opens_fast(gemma_path: Path) -> None:
-    GGUFFile(gemma_path).close()  # warm the page cache: this measures parsing, not the disk
-    # CPU time, not wall time: the shared test host is often loaded by other jobs
-    t0 = time.process_time()
-    with GGUFFile(gemma_path) as f:
-        assert len(f.metadata["tokenizer.ggml.tokens"]) == 262144
-    assert time.process_time() - t0 < 0.5  # ~0.1-0.16 s measured on the dev host; gguf-py takes ~13 s
 
 
 def test_tensor_data_is_a_readonly_view_of_exactly_its_bytes(tmp_path: Path) -> None:

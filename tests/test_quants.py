@@ -1,5 +1,6 @@
-"""Scalar reference quantization: bit-exact against gguf-py, round-trip error bounds, dot products
-against float64 numpy, and argument checking of the C type API (errors raise, never crash)."""
+"""Scalar reference quantization: bit-exact against gguf-py and llama.cpp's quantize_row_*_ref,
+round-trip error bounds, dot products against float64 numpy, and argument checking of the C type API
+(errors raise, never crash)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import gguf.quants as gq
 import numpy as np
 import numpy.typing as npt
 import pytest
+from act_reference import q8_K_reference
+from conftest import SIMD_ISAS
 from gguf import GGMLQuantizationType as GT
 
 from edgellama.gguf.ggml_types import COMPUTE_TYPES, TYPE_SIZES
@@ -29,6 +32,8 @@ WEIGHT_TYPES = FLOAT_TYPES + LEGACY_TYPES + K_TYPES
 ACT_TYPES = [T.Q8_1, T.Q8_K]
 # what gguf.quants.quantize implements among our types (F32 is a plain copy there)
 GGUF_QUANTIZABLE = [T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0]
+# what llama.cpp has a quantize_row_*_ref for (tests/llamacpp_ref.py): every block type
+REF_TYPES = LEGACY_TYPES + K_TYPES + [T.Q8_1, T.Q8_K]
 
 # byte offsets of the fp16 scale fields inside one block (ggml-common.h layouts)
 HALF_FIELDS: dict[int, list[int]] = {
@@ -68,7 +73,7 @@ RMS_BOUND: dict[int, float] = {
     T.Q8_K: 0.0080,
 }
 
-ISAS = [name for name in ("scalar", "avx2", "neon", "neon-dotprod") if kernels.isa_available(name)]
+ISAS = ["scalar", *SIMD_ISAS]
 
 
 def block_size(t: int) -> int:
@@ -271,6 +276,61 @@ def test_gguf_quantizes_no_type_missing_from_the_byte_identity_test() -> None:
             gq.quantize(x, GT(t))
 
 
+def adversarial_blocks(rng: np.random.Generator) -> dict[str, npt.NDArray[np.float32]]:
+    """Named sets of 256-value blocks: random rows at many scales and the cases a quantizer's corner
+    handling decides (zeros, constants, one value, denormals, the float range's ends, ties)."""
+    n = 256
+
+    def gauss(count: int, scale: float) -> npt.NDArray[np.float32]:
+        return (rng.standard_normal((count, n)) * scale).astype(np.float32)
+
+    out: dict[str, npt.NDArray[np.float32]] = {f"gauss{s:g}": gauss(12, s) for s in (1, 1e-3, 1e-6, 1e3, 1e6, 1e-20, 1e20)}
+    out["spread-per-block"] = gaussian_rows(rng, 256 * 24, 3.0).reshape(-1, n)
+    out["spread-per-value"] = (gauss(12, 1) * 10.0 ** rng.uniform(-8, 8, (12, n))).astype(np.float32)
+    out["uniform"] = rng.uniform(-1, 1, (12, n)).astype(np.float32)
+    out["negative-only"] = -np.abs(gauss(12, 1))
+    out["positive-only"] = np.abs(gauss(12, 1))
+    out["small-integers"] = rng.integers(-8, 9, (12, n)).astype(np.float32)
+    out["halves"] = (rng.integers(-64, 64, (12, n)) + 0.5).astype(np.float32)
+    out["zeros"] = np.zeros((1, n), np.float32)
+    out["constant"] = np.stack([np.full(n, v, np.float32) for v in (0.25, -3.0, 1e-30, 7e4)])
+    one = np.zeros((4, n), np.float32)
+    one[0, 0], one[1, 255], one[2, 77], one[3, 100] = 1.0, -2.0, 3e-5, -6e7
+    out["one-value"] = one
+    out["denormal"] = gauss(8, 1e-40)
+    # normal floats below 127 / FLT_MAX: Q8_K's -127 / max overflows
+    tiny = rng.uniform(1.2e-38, 3.6e-37, (8, n)) * rng.choice([-1.0, 1.0], (8, n))
+    out["tiny-normal"] = tiny.astype(np.float32)
+    big = gauss(8, 1)
+    out["near-float-max"] = (big / np.abs(big).max(axis=1, keepdims=True) * np.float32(3.4e38)).astype(np.float32)
+    wide = gauss(8, 1e-30)
+    wide[:, ::37] = 1e30
+    out["huge-dynamic-range"] = wide
+    out["special"] = special_blocks().reshape(-1, n)
+    for t in (T.Q4_K, T.Q6_K, T.Q3_K):  # values already on a grid: rounding lands on exact ties
+        g = gaussian_rows(rng, 256 * 8, 1.0)
+        out[f"on-{T(t).name}-grid"] = kernels.dequantize(kernels.quantize(g, t), t, g.size).reshape(-1, n)
+    return out
+
+
+@pytest.mark.parametrize("t", REF_TYPES, ids=lambda t: T(t).name)
+def test_quantize_bit_exact_with_llama_cpp_reference(t: int, llamacpp_quants: Any) -> None:
+    """Every block the same bytes as llama.cpp's quantize_row_*_ref (no importance matrix): what
+    `edgellama quantize` must write to equal llama-quantize, and what the activations must hold."""
+    rng = np.random.default_rng(4000 + int(t))
+    per_block = 256 // block_size(t) * TYPE_SIZES[t].type_size
+    differ = {}
+    with np.errstate(over="ignore"):
+        for name, blocks in adversarial_blocks(rng).items():
+            x = np.ascontiguousarray(blocks.reshape(-1))
+            got = kernels.quantize(x, t).reshape(-1, per_block)
+            ref = llamacpp_quants.quantize(t, x).reshape(got.shape)
+            bad = int((got != ref).any(axis=1).sum())
+            if bad:
+                differ[name] = f"{bad}/{blocks.shape[0]}"
+    assert not differ, f"{T(t).name} blocks differing from llama.cpp (of 256 values each): {differ}"
+
+
 def test_q8_1_quantizer_is_q8_0_plus_block_sum() -> None:
     rng = np.random.default_rng(11)
     x = np.concatenate([gaussian_rows(rng, 256 * 8), special_blocks()])
@@ -286,22 +346,6 @@ def test_q8_1_quantizer_is_q8_0_plus_block_sum() -> None:
     assert np.array_equal(
         got[:, 2:4].copy().view(np.float16).reshape(-1).view(np.uint16), s_ref.view(np.uint16)
     )
-
-
-def q8_K_reference(x: npt.NDArray[np.float32]) -> npt.NDArray[np.uint8]:
-    """quantize_row_q8_K_ref in numpy: signed max, iscale = -127/max, nearest (half to even), <= 127."""
-    blocks = x.reshape(-1, 256)
-    out = np.zeros((blocks.shape[0], 292), np.uint8)
-    for i, b in enumerate(blocks):
-        mx = b[np.argmax(np.abs(b))]
-        if mx == 0:
-            continue
-        iscale = np.float32(-127.0) / mx
-        q = np.minimum(np.rint(iscale * b), 127).astype(np.int8)
-        out[i, 0:4] = np.array([np.float32(1.0) / iscale], np.float32).view(np.uint8)
-        out[i, 4:260] = q.view(np.uint8)
-        out[i, 260:] = q.astype(np.int16).reshape(16, 16).sum(axis=1).astype(np.int16).view(np.uint8)
-    return out.reshape(-1)
 
 
 def test_q8_K_quantizer_matches_ggml_reference() -> None:
@@ -376,6 +420,8 @@ def test_activation_dequantize_is_d_times_qs() -> None:
 
 @pytest.fixture(params=ISAS)
 def isa(request: pytest.FixtureRequest) -> Iterator[str]:
+    if not kernels.isa_available(request.param):
+        pytest.skip(f"ISA {request.param} not available on this CPU/build")
     before = kernels.isa()
     kernels.set_isa(request.param)
     yield request.param

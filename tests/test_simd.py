@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
+from act_reference import q8_0_reference, q8_1_reference, q8_K_reference
+from conftest import SIMD_ISAS
 
 import edgellama
 from edgellama.gguf.ggml_types import TYPE_SIZES
@@ -38,6 +40,72 @@ HALF_FIELDS: dict[int, list[int]] = {
 QUANT_BYTES: dict[int, list[tuple[int, int]]] = {
     T.Q4_1: [(4, 20)], T.Q5_1: [(4, 24)], T.Q2_K: [(16, 80)], T.Q4_K: [(16, 144)], T.Q5_K: [(16, 176)],
 }
+
+# ---- what each ISA's dispatch table is supposed to hold (csrc/arch/*.c fillers) ----
+# Per ISA and entry, the weight types (activation types for quantize_act) with a kernel of that ISA:
+# for vec_dot and quantize_act an entry other than the scalar one; for the batch entries (NULL in the
+# scalar table) any entry at all. A test needing an entry fails when the table expects it and it is
+# NULL, and test_kernel_tables_hold_what_each_isa_is_supposed_to_have fails on any entry the table
+# does not list, so the table cannot go stale. NEON has no batch kernels yet (issue 21).
+LEGACY = {T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0}
+K_QUANTS = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K}
+ACT_TYPES = {T.Q8_0, T.Q8_1, T.Q8_K}
+AVX2_KERNELS: dict[str, set[int]] = {
+    "vec_dot": {T.F32, T.F16, T.BF16} | LEGACY | K_QUANTS,
+    "quantize_act": ACT_TYPES,
+    "vec_dot_nv": LEGACY | {T.Q4_K, T.Q5_K, T.Q6_K},
+    "vec_dot_tile": set(),
+    "vec_dot_rows": LEGACY | {T.Q4_K, T.Q6_K},
+}
+NEON_KERNELS: dict[str, set[int]] = {
+    "vec_dot": LEGACY | K_QUANTS,
+    "quantize_act": ACT_TYPES,
+    "vec_dot_nv": set(),
+    "vec_dot_tile": set(),
+    "vec_dot_rows": set(),
+}
+ISA_KERNELS: dict[str, dict[str, set[int]]] = {
+    "avx2": AVX2_KERNELS,
+    # AVX-512 VNNI replaces the legacy types (with 2-row tiles) and Q4_K / Q6_K; the rest stay AVX2's
+    "avx512": {**AVX2_KERNELS, "vec_dot_tile": set(LEGACY)},
+    "neon": NEON_KERNELS,
+    "neon-dotprod": NEON_KERNELS,
+}
+BATCH_ENTRIES = ("vec_dot_nv", "vec_dot_tile", "vec_dot_rows")
+
+
+def entry_address(internal: Any, isa: str, entry: str, t: int) -> int:
+    ffi, lib = internal
+    kernels.set_isa(isa)
+    return int(ffi.cast("uintptr_t", getattr(lib.el_kern(), entry)[t]))
+
+
+def isa_kernel(internal: Any, isa: str, entry: str, t: int) -> Any:
+    """ISA's batch kernel ENTRY for weight type t, with ISA set: a NULL entry fails where ISA_KERNELS
+    says the ISA has it and skips, as an expected absence, where it says the ISA has none."""
+    expected = t in ISA_KERNELS[isa][entry]
+    present = entry_address(internal, isa, entry, t) != 0
+    if present != expected:
+        pytest.fail(f"{isa} {'lacks' if expected else 'has'} {entry}[{T(t).name}]: "
+                    f"ISA_KERNELS says it {'should' if expected else 'should not'} (update the table or the filler)")
+    if not present:
+        issue = " (issue 21)" if isa.startswith("neon") else ""
+        pytest.skip(f"{entry} for {T(t).name} not implemented for ISA {isa}{issue}")
+    return getattr(internal[1].el_kern(), entry)[t]
+
+
+def test_kernel_tables_hold_what_each_isa_is_supposed_to_have(simd_isa: str, internal: Any) -> None:
+    got: dict[str, set[int]] = {}
+    for entry in ("vec_dot", "quantize_act", *BATCH_ENTRIES):
+        types = range(31)  # the length of the table's arrays
+        scalar = {t: entry_address(internal, "scalar", entry, t) for t in types}
+        isa = {t: entry_address(internal, simd_isa, entry, t) for t in types}
+        got[entry] = {t for t in types if isa[t] and isa[t] != scalar[t]}
+    want = ISA_KERNELS[simd_isa]
+    diff = {e: (sorted(T(t).name for t in want[e] - got[e]), sorted(T(t).name for t in got[e] - want[e]))
+            for e in got if got[e] != want[e]}
+    assert not diff, f"{simd_isa}: entry -> (expected but missing, present but not expected): {diff}"
+
 
 # ---- internal entry points (not in edgellama.h): the dispatch table and the activation quantizer ----
 # They are exported from the extension module, so an ABI-mode handle on the same loaded .so sees the
@@ -219,19 +287,26 @@ def act_inputs(act_type: int, rng: np.random.Generator) -> list[npt.NDArray[np.f
     z = rng.standard_normal(n).astype(np.float32)
     z[:bs] = 0.0  # an all-zero block
     out.append(z)
+    # normal floats below 127 / FLT_MAX, and denormals: Q8_K's -127 / max and Q8_0's 1 / d overflow
+    out.append((rng.uniform(1.2e-38, 3.6e-37, n) * rng.choice([-1.0, 1.0], n)).astype(np.float32))
+    out.append((rng.standard_normal(n) * 1e-40).astype(np.float32))
     return out
+
+
+ACT_REFERENCE = {T.Q8_0: q8_0_reference, T.Q8_1: q8_1_reference, T.Q8_K: q8_K_reference}
 
 
 @pytest.mark.parametrize("act_type", [T.Q8_0, T.Q8_1, T.Q8_K], ids=lambda t: T(t).name)
 def test_quantize_act_bytes_equal_reference(simd_isa: str, internal: Any, act_type: int) -> None:
+    """The activation quantizer of the ISA and the scalar one, against the format written in numpy
+    (act_reference.py; test_quants holds el_quantize to llama.cpp's own _ref quantizers)."""
     rng = np.random.default_rng(int(act_type))
     for x in act_inputs(act_type, rng):
-        ref = kernels.quantize(x, act_type).tobytes()  # el_quantize: always the reference
+        ref = ACT_REFERENCE[act_type](x).tobytes()
         kernels.set_isa(simd_isa)
-        got = quantize_act(internal, act_type, x)
-        assert got == ref
+        assert quantize_act(internal, act_type, x) == ref
         kernels.set_isa("scalar")
-        assert quantize_act(internal, act_type, x) == ref  # the harness itself reads the reference
+        assert quantize_act(internal, act_type, x) == ref
 
 
 def test_internal_table_is_the_active_one(simd_isa: str, internal: Any) -> None:
@@ -383,11 +458,8 @@ NV_TYPES = [T.Q8_0, T.Q5_0, T.Q4_0, T.Q4_1, T.Q5_1, T.Q4_K, T.Q5_K, T.Q6_K]
 @pytest.mark.parametrize("wtype", NV_TYPES, ids=lambda t: T(t).name)
 def test_vec_dot_nv_lanes_equal_vec_dot_bits(simd_isa: str, internal: Any, wtype: int) -> None:
     """The dispatch contract: lane j of vec_dot_nv is vec_dot of activation row j, to the bit."""
-    ffi, lib = internal
-    kernels.set_isa(simd_isa)
-    k = lib.el_kern()
-    if k.vec_dot_nv[wtype] == ffi.NULL:
-        pytest.skip(f"{simd_isa} has no multi-row {T(wtype).name} dot")
+    ffi = internal[0]
+    kernel = isa_kernel(internal, simd_isa, "vec_dot_nv", wtype)
     rng = np.random.default_rng(int(wtype) + 600)
     for n in sizes_for(wtype):
         w = random_blocks(wtype, n, rng)
@@ -395,7 +467,7 @@ def test_vec_dot_nv_lanes_equal_vec_dot_bits(simd_isa: str, internal: Any, wtype
         buf, stride = pack_rows(acts, 5)
         for nv in range(1, EL_NV_MAX + 1):
             out = np.zeros(nv, np.float32)
-            k.vec_dot_nv[wtype](n, ffi.from_buffer(w), ffi.from_buffer(buf), stride, nv, ffi.from_buffer("float[]", out))
+            kernel(n, ffi.from_buffer(w), ffi.from_buffer(buf), stride, nv, ffi.from_buffer("float[]", out))
             single = np.array([kernels.vec_dot(wtype, w, a, n) for a in acts[:nv]], np.float32)
             assert out.tobytes() == single.tobytes(), f"{T(wtype).name} n={n} nv={nv}: {out} vs {single}"
             assert np.all(np.isfinite(out)) and np.any(out != 0)
@@ -406,11 +478,8 @@ EL_TILE_ROWS = 2
 
 @pytest.mark.parametrize("wtype", NV_TYPES, ids=lambda t: T(t).name)
 def test_vec_dot_tile_outputs_equal_vec_dot_bits(simd_isa: str, internal: Any, wtype: int) -> None:
-    ffi, lib = internal
-    kernels.set_isa(simd_isa)
-    k = lib.el_kern()
-    if k.vec_dot_tile[wtype] == ffi.NULL:
-        pytest.skip(f"{simd_isa} has no {T(wtype).name} tile")
+    ffi = internal[0]
+    kernel = isa_kernel(internal, simd_isa, "vec_dot_tile", wtype)
     rng = np.random.default_rng(int(wtype) + 800)
     for n in sizes_for(wtype):
         ws = [random_blocks(wtype, n, rng) for _ in range(EL_TILE_ROWS)]
@@ -418,7 +487,7 @@ def test_vec_dot_tile_outputs_equal_vec_dot_bits(simd_isa: str, internal: Any, w
         (wbuf, w_stride), (abuf, a_stride) = pack_rows(ws, 3), pack_rows(acts, 1)
         for nv in range(1, EL_NV_MAX + 1):
             out = np.zeros((EL_TILE_ROWS, EL_NV_MAX), np.float32)
-            k.vec_dot_tile[wtype](n, ffi.from_buffer(wbuf), w_stride, ffi.from_buffer(abuf), a_stride, nv,
+            kernel(n, ffi.from_buffer(wbuf), w_stride, ffi.from_buffer(abuf), a_stride, nv,
                                   ffi.from_buffer("float[]", out), EL_NV_MAX)
             single = np.array([[kernels.vec_dot(wtype, w, a, n) for a in acts[:nv]] for w in ws], np.float32)
             assert out[:, :nv].tobytes() == single.tobytes(), f"{T(wtype).name} n={n} nv={nv}"
@@ -430,11 +499,8 @@ EL_MV_ROWS = 4
 @pytest.mark.parametrize("wtype", NV_TYPES, ids=lambda t: T(t).name)
 def test_vec_dot_rows_outputs_equal_vec_dot_bits(simd_isa: str, internal: Any, wtype: int) -> None:
     """The matvec kernel: EL_MV_ROWS rows far apart (as matmul passes them) give vec_dot's bits."""
-    ffi, lib = internal
-    kernels.set_isa(simd_isa)
-    k = lib.el_kern()
-    if k.vec_dot_rows[wtype] == ffi.NULL:
-        pytest.skip(f"{simd_isa} has no {T(wtype).name} multi-row matvec")
+    ffi = internal[0]
+    kernel = isa_kernel(internal, simd_isa, "vec_dot_rows", wtype)
     rng = np.random.default_rng(int(wtype) + 900)
     for n in sizes_for(wtype):
         ws = [random_blocks(wtype, n, rng) for _ in range(EL_MV_ROWS)]
@@ -443,7 +509,7 @@ def test_vec_dot_rows_outputs_equal_vec_dot_bits(simd_isa: str, internal: Any, w
         abuf = np.zeros(a.size + 1, np.uint8)
         abuf[1:] = a
         out = np.zeros(EL_MV_ROWS, np.float32)
-        k.vec_dot_rows[wtype](n, ffi.from_buffer(wbuf), w_stride, ffi.from_buffer(abuf) + 1, ffi.from_buffer("float[]", out))
+        kernel(n, ffi.from_buffer(wbuf), w_stride, ffi.from_buffer(abuf) + 1, ffi.from_buffer("float[]", out))
         single = np.array([kernels.vec_dot(wtype, w, a, n) for w in ws], np.float32)
         assert out.tobytes() == single.tobytes(), f"{T(wtype).name} n={n}: {out} vs {single}"
         assert np.all(np.isfinite(out)) and np.any(out != 0)
@@ -495,7 +561,7 @@ def test_batched_matmul_rows_equal_single_row_matmuls(simd_isa: str, wtype: int)
 # ---- ISA choice ----
 
 
-@pytest.mark.parametrize("want", ["avx2", "avx512", "scalar"])
+@pytest.mark.parametrize("want", [*SIMD_ISAS, "scalar"])
 def test_edgellama_isa_selects_that_isa_at_start(want: str) -> None:
     """EDGELLAMA_ISA picks the table before any call (a fresh process); without it the best one wins."""
     import subprocess

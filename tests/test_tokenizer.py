@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import random
-import time
 import unicodedata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import SHARED_REFERENCE, load_reference, reference_dir
+from conftest import load_reference, reference_dir
 
 from edgellama.tokenizers.bpe import BYTE_TO_UNICODE, byte_decode, byte_encode
 from edgellama.tokenizers.pretokenize import PRE_TOKENIZERS, WHITESPACE, PreTokenizer, collapse
@@ -171,9 +170,6 @@ def test_gemma3_byte_fallback_for_characters_not_in_vocab(gemma_tok: Tokenizer) 
 def test_decode_inverts_encode_on_ordinary_text(tok_fixture: str, request: Any) -> None:
     tok: Tokenizer = request.getfixturevalue(tok_fixture)
     texts = [
-        (SHARED_REFERENCE / "ppl-text.txt").read_text()
-        if (SHARED_REFERENCE / "ppl-text.txt").exists()
-        else "",
         "  leading spaces, trailing spaces  ",
         "tabs\t\tand\r\nCRLF\n\n\nblank lines",
         "Ünïcödé: naïve café, Straße, Ωμέγα, 日本語のテキスト, emoji 😀👍🏽, math ∑∫√",
@@ -183,6 +179,14 @@ def test_decode_inverts_encode_on_ordinary_text(tok_fixture: str, request: Any) 
     for text in texts:
         assert tok.decode(tok.encode(text)) == text
         assert tok.decode(tok.encode(text, add_special=False)) == text
+
+
+@pytest.mark.parametrize("tok_fixture", ["gemma_tok", "smollm2_tok"])
+def test_decode_inverts_encode_on_the_reference_text(tok_fixture: str, request: Any) -> None:
+    tok: Tokenizer = request.getfixturevalue(tok_fixture)
+    text = (reference_dir() / "ppl-text.txt").read_text()
+    assert tok.decode(tok.encode(text)) == text
+    assert tok.decode(tok.encode(text, add_special=False)) == text
 
 
 def test_stream_decoder_holds_back_a_character_split_across_byte_tokens(gemma_tok: Tokenizer) -> None:
@@ -220,21 +224,6 @@ def test_stream_decoder_passes_multibyte_bpe_pieces_whole(smollm2_tok: Tokenizer
     pieces = [stream.push(t) for t in ids]
     assert "".join(pieces) + stream.flush() == text
     assert all("\ufffd" not in p for p in pieces)
-
-
-def test_load_and_encode_speed_with_the_262k_vocab(gemma_path: Path) -> None:
-    md = read_metadata(gemma_path)
-    t0 = time.perf_counter()
-    tok = tokenizer_from_metadata(md)
-    t_load = time.perf_counter() - t0
-    text = (reference_dir() / "ppl-text.txt").read_text()
-    t0 = time.perf_counter()
-    ids = tok.encode(text)
-    t_enc = time.perf_counter() - t0
-    print(f"\ngemma3 tokenizer: load {t_load * 1e3:.0f} ms, encode {len(ids)} tokens in {t_enc * 1e3:.0f} ms")
-    assert len(ids) > 3000
-    # generous sanity bounds for a shared 2-core box; measured figures are in the commit report
-    assert t_load < 3.0 and t_enc < 2.0
 
 
 @pytest.mark.slow  # the gguf package's reader needs ~3-9 s for a 49k vocabulary
@@ -359,15 +348,11 @@ def test_bpe_long_words_merge_like_short_ones(smollm2_tok: Tokenizer) -> None:
         assert _merge_long(word, ranks) == _merge_short(list(word), ranks), word
 
 
-def test_bpe_and_spm_handle_a_long_run_without_quadratic_time(
-    gemma_tok: Tokenizer, smollm2_tok: Tokenizer
-) -> None:
+def test_bpe_and_spm_round_trip_a_long_run(gemma_tok: Tokenizer, smollm2_tok: Tokenizer) -> None:
+    # its time (a quadratic merge would take minutes) is measured by bench/tokenizer.py
     text = "x" * 20000 + "=" * 20000
     for tok in (gemma_tok, smollm2_tok):
-        t0 = time.perf_counter()
-        ids = tok.encode(text, add_special=False)
-        assert time.perf_counter() - t0 < 5.0  # a quadratic merge takes minutes here
-        assert tok.decode(ids) == text
+        assert tok.decode(tok.encode(text, add_special=False)) == text
 
 
 def test_byte_level_map_round_trips_every_byte() -> None:

@@ -1,6 +1,8 @@
 /* arch/avx2_kquants.c - AVX2 dot products of the K-quants (256-value super-blocks) with Q8_K
  * activations, and Q8_K activation quantization. Integer sums per super-block are exact; only the
  * float accumulation across super-blocks differs in order from quants_k.c's reference. */
+#include <math.h>
+
 #include "../dispatch.h"
 
 #if defined(__x86_64__)
@@ -250,6 +252,12 @@ EL_AVX2 static void quantize_q8_K_avx2(const float *src, void *dst, size_t n) {
             }
         }
         const float iscale = -127.f / max;
+        if (isinf(iscale)) { /* |max| < 127 / FLT_MAX: the reference writes zero quants, d = 1/iscale */
+            memset(b, 0, Q8K_BYTES);
+            const float d0 = 1 / iscale;
+            memcpy(b, &d0, 4);
+            continue;
+        }
         const __m256 vs = _mm256_set1_ps(iscale);
         const __m256i vmin = _mm256_set1_epi32(-128), vmax127 = _mm256_set1_epi32(127);
         int8_t *qs = (int8_t *)(b + Q8K_QS);

@@ -437,6 +437,12 @@ static void q8_K_quantize(const float *src, void *dst, size_t n) {
                 break;
             }
         const float iscale = -127.f / max;
+        if (isinf(iscale)) { /* |max| < 127 / FLT_MAX: the reference writes zero quants, d = 1/iscale */
+            memset(&y, 0, sizeof y);
+            y.d = 1 / iscale;
+            memcpy(p, &y, sizeof y);
+            continue;
+        }
         for (int j = 0; j < QK_K; j += 8) {
             /* vcvtn rounds half to even, as ggml's nearest_int (|v| <= 127 here) */
             const int32x4_t a = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(x + j), iscale));
