@@ -29,6 +29,7 @@
 #endif
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -1305,6 +1306,55 @@ static void test_llamacpp_order(rng_t *r) {
     use_isa(g_auto_isa);
 }
 
+/* ------------------------------------------------------------------ threads */
+
+/* el_isa_set while another thread reads the table: every table a reader sees is one ISA's complete
+ * table, byte for byte (the table used to be cleared and refilled in place) */
+typedef struct { const char *isa[2]; int stop; long switches; } isa_flip;
+
+static void *flip_isas(void *p) {
+    isa_flip *f = p;
+    while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) {
+        if (el_isa_set(f->isa[f->switches & 1]) != EL_OK) break;
+        __atomic_fetch_add(&f->switches, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+static void test_isa_switch_while_reading(void) {
+    if (g_n_isas < 2) {
+        printf("  (one ISA only: no switch to race)\n");
+        return;
+    }
+    isa_flip f = {{"scalar", g_isas[g_n_isas - 1]}, 0, 0};
+    static el_kernels ref[2], seen;
+    for (int i = 0; i < 2; i++) {
+        use_isa(f.isa[i]);
+        memcpy(&ref[i], el_kern(), sizeof ref[i]);
+    }
+    pthread_t th;
+    if (pthread_create(&th, NULL, flip_isas, &f) != 0) {
+        check(0, "pthread_create");
+        return;
+    }
+    long torn = 0, reads = 0;
+    for (; reads < 2000000 && __atomic_load_n(&f.switches, __ATOMIC_RELAXED) < 2000; reads++) {
+        memcpy(&seen, el_kern(), sizeof seen);
+        const int which = seen.name && strcmp(seen.name, f.isa[1]) == 0;
+        torn += memcmp(&seen, &ref[which], sizeof seen) != 0;
+    }
+    __atomic_store_n(&f.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    check(torn == 0 && f.switches > 0, "el_isa_set %s <-> %s: %ld of %ld table reads torn (%ld switches)",
+          f.isa[0], f.isa[1], torn, reads, f.switches);
+    use_isa(g_auto_isa);
+}
+
+static void test_threads(rng_t *r) {
+    (void)r;
+    test_isa_switch_while_reading();
+}
+
 int main(int argc, char **argv) {
     uint64_t seed = 20240607;
     const char *emit = NULL, *golden = NULL, *only = NULL;
@@ -1340,7 +1390,7 @@ int main(int argc, char **argv) {
                 {"quantize_act", test_quantize_act}, {"vec_dot", test_vec_dot},   {"float kernels", test_float_kernels},
                 {"dequant/quant", test_dequant_quant}, {"matmul", test_matmul},   {"ops", test_ops},
                 {"attention", test_attention}, {"vec_dot_nv", test_vec_dot_nv}, {"batch == single", test_matmul_batch},
-                {"pool", test_pool}, {"llama.cpp order", test_llamacpp_order},
+                {"pool", test_pool}, {"llama.cpp order", test_llamacpp_order}, {"threads", test_threads},
             };
             for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
                 const int f0 = g_fail, p0 = g_pass;
