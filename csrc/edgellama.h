@@ -1,6 +1,12 @@
 /* edgellama.h - the public C API of the edgellama kernel library.
  * Opaque handles, explicit sizes, integer status codes. The only global state is the
- * CPU-feature dispatch table (el_isa_*). Distinct handles may be used from distinct threads. */
+ * CPU-feature dispatch table (el_isa_*).
+ * Threads: any function may be called from any thread. A pool runs one computation at a time:
+ * el_matmul and every el_model_* call that reads or changes a model's state (eval, truncate, shift,
+ * set_numerics, state save / load) hold the pool (the model's pool) until they return, and a call
+ * from another thread waits for it, so several threads may share a pool or a model and their calls
+ * are serialized (each one whole; calls that must go together, such as truncate then eval, need
+ * the caller's own lock). Freeing a handle while another thread uses it is the caller's error. */
 #ifndef EDGELLAMA_H
 #define EDGELLAMA_H
 
@@ -18,7 +24,8 @@ enum el_status {
     EL_ENOMEM = -2,       /* allocation failed */
     EL_EUNSUPPORTED = -3, /* type / ISA / architecture not supported */
     EL_ETHREAD = -4,      /* thread creation failed */
-    EL_ECTX = -5          /* context (KV cache) full or position out of range */
+    EL_ECTX = -5,         /* context (KV cache) full or position out of range */
+    EL_EBUSY = -6         /* the pool is already held by this thread (a call made from inside another) */
 };
 const char *el_status_str(int status);
 

@@ -257,8 +257,7 @@ size_t el_model_numerics_bytes(const el_model_desc *desc, int32_t n_ctx, int32_t
     return act + floats * sizeof(float);
 }
 
-int el_model_set_numerics(el_model *m, int numerics) {
-    if (!m) return EL_EINVAL;
+static int set_numerics_held(el_model *m, int numerics) {
     if (numerics == EL_NUMERICS_NATIVE) {
         m->numerics = numerics;
         return EL_OK;
@@ -281,6 +280,11 @@ int el_model_set_numerics(el_model *m, int numerics) {
     }
     m->numerics = numerics;
     return EL_OK;
+}
+
+int el_model_set_numerics(el_model *m, int numerics) {
+    const int st = el_model_enter(m);
+    return st != EL_OK ? st : el_model_leave(m, set_numerics_held(m, numerics));
 }
 
 size_t el_model_kv_bytes(const el_model *m) { return m ? m->kv_bytes : 0; }

@@ -42,6 +42,14 @@ struct el_model {
     size_t llx_cells;                /* cells the llama.cpp attention scratch holds */
 };
 
+/* A public call on a model holds the model's pool for its whole run (pool.h, edgellama.h):
+ *   const int st = el_model_enter(m); return st != EL_OK ? st : el_model_leave(m, held_call(m, ...)); */
+static inline int el_model_enter(const el_model *m) { return m ? el_pool_enter(m->pool) : EL_EINVAL; }
+static inline int el_model_leave(const el_model *m, int status) {
+    el_pool_leave(m->pool);
+    return status;
+}
+
 /* bytes of one slot (all kv heads) of K or of V */
 size_t el_kv_slot_bytes(const el_model *m);
 /* slots a layer with this window gets */

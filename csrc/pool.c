@@ -41,6 +41,7 @@ struct el_pool {
     int n_threads;
     long spin_ns;
     pthread_t threads[EL_MAX_THREADS];
+    pthread_mutex_t busy; /* held by the thread whose public call runs on the pool (error-checking) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     _Atomic uint64_t state;
@@ -134,6 +135,11 @@ int el_pool_create(int n_threads, el_pool **out) {
         if (*end == 0 && v >= 0 && v <= 1000000) us = v;
     }
     pool->spin_ns = us * 1000L;
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ERRORCHECK);
+    pthread_mutex_init(&pool->busy, &attr);
+    pthread_mutexattr_destroy(&attr);
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->cv, NULL);
     for (int i = 1; i < n_threads; i++) {
@@ -158,6 +164,7 @@ void el_pool_free(el_pool *pool) {
     pthread_cond_broadcast(&pool->cv);
     pthread_mutex_unlock(&pool->mu);
     for (int i = 1; i < pool->n_threads; i++) pthread_join(pool->threads[i], NULL);
+    pthread_mutex_destroy(&pool->busy);
     pthread_mutex_destroy(&pool->mu);
     pthread_cond_destroy(&pool->cv);
     free(pool->scratch);
@@ -165,6 +172,13 @@ void el_pool_free(el_pool *pool) {
 }
 
 int el_pool_threads(const el_pool *pool) { return pool ? pool->n_threads : 0; }
+
+int el_pool_enter(el_pool *pool) {
+    /* EDEADLK: this thread holds it already (the mutex checks its owner instead of deadlocking) */
+    return pthread_mutex_lock(&pool->busy) == 0 ? EL_OK : EL_EBUSY;
+}
+
+void el_pool_leave(el_pool *pool) { pthread_mutex_unlock(&pool->busy); }
 
 static void pool_go(el_pool *p, size_t n_items, el_item_fn item_fn, el_task_fn task_fn, void *ctx) {
     p->n_items = n_items;

@@ -1,10 +1,16 @@
 """cffi wrapper around the C engine: the thread pool and the model (forward pass + KV cache).
 
 Owns C handles and the memory they point into; knows nothing about GGUF keys or tokens' meaning.
+
+Threads: an Engine may be called from several threads; its calls are serialized (a lock here, and
+the C library holds the pool for each call, so Engines sharing a Pool take turns too). Each call
+runs whole; a sequence of calls that must stay together (truncate, then eval) needs the caller's
+own lock, or LLM, which refuses a second caller.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -125,14 +131,23 @@ class Engine:
             raise KernelError("creating the model (shapes, types or memory)", status)
         self._keep = keep  # cffi buffers: the C model points into these views of the file
         self._ptr: Any = out[0]
-        self._logits = np.empty(desc.n_vocab, dtype=np.float32)
+        self._lock = threading.Lock()  # a call in C, and close, never overlap another thread's
         self.numerics = "native"
         if numerics != "native":
             self.set_numerics(numerics)
 
+    @property
+    def _model(self) -> Any:
+        """The C model; call with self._lock held."""
+        if self._ptr is None:
+            raise ValueError("the engine is closed")
+        return self._ptr
+
     def set_numerics(self, numerics: str) -> None:
         """'native' (this CPU's fastest kernels) or 'llamacpp' (llama.cpp's float order, bit for bit)."""
-        status = lib.el_model_set_numerics(self._ptr, numerics_code(numerics))
+        code = numerics_code(numerics)
+        with self._lock:
+            status = lib.el_model_set_numerics(self._model, code)
         if status == lib.EL_EUNSUPPORTED:
             raise ValueError(f"numerics {numerics!r} needs an f16 KV cache and weights of types Q5_0, Q8_0, Q4_1, "
                              f"Q4_K (rows a multiple of 8) or Q6_K; this model or cache has others")
@@ -141,47 +156,62 @@ class Engine:
 
     @property
     def kv_bytes(self) -> int:
-        return int(lib.el_model_kv_bytes(self._ptr))
+        with self._lock:
+            return int(lib.el_model_kv_bytes(self._model))
 
     @property
     def scratch_bytes(self) -> int:
-        return int(lib.el_model_scratch_bytes(self._ptr))
+        with self._lock:
+            return int(lib.el_model_scratch_bytes(self._model))
 
     def eval(self, tokens: list[int] | npt.NDArray[np.int32], pos0: int, all_logits: bool = False
              ) -> npt.NDArray[np.float32]:
-        """Logits of the last token (a reused buffer: copy it to keep it), or of every token."""
+        """Logits of the last token (n_vocab floats), or of every token (n x n_vocab): a new array
+        per call, so threads never share one."""
         toks = np.ascontiguousarray(np.asarray(tokens, dtype=np.int32))
         n = toks.size
         if n == 0 or n > self.n_batch:
             raise ValueError(f"a batch holds 1..{self.n_batch} tokens, got {n}")
-        out = np.empty((n, self.desc.n_vocab), dtype=np.float32) if all_logits else self._logits
-        status = lib.el_model_eval(self._ptr, ffi.from_buffer("int32_t[]", toks), n, int(pos0),
-                                   ffi.from_buffer("float[]", out), int(all_logits))
+        out = np.empty((n, self.desc.n_vocab) if all_logits else self.desc.n_vocab, dtype=np.float32)
+        with self._lock:
+            status = lib.el_model_eval(self._model, ffi.from_buffer("int32_t[]", toks), n, int(pos0),
+                                       ffi.from_buffer("float[]", out), int(all_logits))
         check(status, f"evaluating {n} tokens at position {pos0}")
         return out
 
     def truncate(self, pos: int) -> None:
-        check(lib.el_model_truncate(self._ptr, int(pos)), f"rewinding the KV cache to {pos}")
+        with self._lock:
+            status = lib.el_model_truncate(self._model, int(pos))
+        check(status, f"rewinding the KV cache to {pos}")
 
     def shift(self, n_keep: int, n_discard: int) -> None:
         """Drops cached positions [n_keep, n_keep + n_discard); later ones move down, keys re-rotated."""
-        check(lib.el_model_shift(self._ptr, int(n_keep), int(n_discard)),
-              f"shifting the KV cache (keep {n_keep}, discard {n_discard})")
+        with self._lock:
+            status = lib.el_model_shift(self._model, int(n_keep), int(n_discard))
+        check(status, f"shifting the KV cache (keep {n_keep}, discard {n_discard})")
 
     def state(self) -> bytes:
-        size = int(lib.el_model_state_size(self._ptr))
-        buf = bytearray(size)
-        check(lib.el_model_state_save(self._ptr, ffi.from_buffer(buf), size), "saving the KV cache")
+        with self._lock:  # the size and the blob of one cache state
+            size = int(lib.el_model_state_size(self._model))
+            buf = bytearray(size)
+            status = lib.el_model_state_save(self._model, ffi.from_buffer(buf), size)
+        check(status, "saving the KV cache")
         return bytes(buf)
 
     def load_state(self, blob: bytes) -> None:
-        check(lib.el_model_state_load(self._ptr, ffi.from_buffer(blob), len(blob)),
-              "restoring the KV cache (the session does not fit this model, context, batch or cache type)")
+        with self._lock:
+            status = lib.el_model_state_load(self._model, ffi.from_buffer(blob), len(blob))
+        check(status, "restoring the KV cache (the session does not fit this model, context, batch or cache type)")
 
     def close(self) -> None:
-        if getattr(self, "_ptr", None) is not None:
-            lib.el_model_free(self._ptr)
-            self._ptr = None
+        """Frees the model (after a call another thread is making returns); later calls raise ValueError."""
+        lock = getattr(self, "_lock", None)  # absent when __init__ failed before it
+        if lock is None:
+            return
+        with lock:
+            if self._ptr is not None:
+                lib.el_model_free(self._ptr)
+                self._ptr = None
 
     def __del__(self) -> None:
         self.close()
