@@ -71,8 +71,12 @@ const char *el_cpu_features(void);     /* space separated feature names seen at 
 /* ---- thread pool: persistent workers, no thread creation per call ---- */
 typedef struct el_pool el_pool;
 int el_pool_create(int n_threads, el_pool **out);
+/* The owner lets go of the pool. Models created on it keep it alive: while any is not freed, the
+ * pool (and its threads) stays, and the last el_model_free frees it; the handle must not be used
+ * after this call either way. */
 void el_pool_free(el_pool *pool);
 int el_pool_threads(const el_pool *pool);
+int el_pool_users(const el_pool *pool);  /* models created on the pool and not yet freed */
 
 /* Y[v][r] = sum_c W[r][c] * X[v][c] for v < n_vec, r < rows.
  * W: rows x el_row_bytes(wtype, cols) bytes (w_bytes must equal that product); X: n_vec x cols floats;

@@ -152,6 +152,7 @@ int el_model_create(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int
     if (!m) return EL_ENOMEM;
     m->d = *desc;
     m->pool = pool;
+    el_pool_ref(pool); /* the pool outlives the model, even past its owner's el_pool_free */
     m->n_ctx = n_ctx;
     m->n_batch = n_batch;
     m->kv_type = kv_type;
@@ -213,6 +214,7 @@ void el_model_free(el_model *m) {
     free(m->block);
     free(m->llx_act);
     free(m->llx_scratch);
+    if (m->pool) el_pool_unref(m->pool);
     free(m);
 }
 

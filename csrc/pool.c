@@ -49,6 +49,7 @@ struct el_pool {
     atomic_int done;      /* joined workers that finished */
     atomic_int sleeping;  /* workers in (or entering) cond_wait */
     atomic_int stop;
+    atomic_int refs;      /* the owner's (until el_pool_free) + one per model created on the pool */
     /* the current task, written before the release of a new generation */
     size_t n_items;
     el_item_fn item_fn;
@@ -127,6 +128,7 @@ int el_pool_create(int n_threads, el_pool **out) {
     el_pool *pool = calloc(1, sizeof *pool);
     if (!pool) return EL_ENOMEM;
     pool->n_threads = 1;
+    atomic_init(&pool->refs, 1);
     long us = EL_SPIN_US_DEFAULT;
     const char *env = getenv("EDGELLAMA_SPIN_US");
     if (env && *env) {
@@ -157,8 +159,7 @@ int el_pool_create(int n_threads, el_pool **out) {
     return EL_OK;
 }
 
-void el_pool_free(el_pool *pool) {
-    if (!pool) return;
+static void destroy(el_pool *pool) {
     pthread_mutex_lock(&pool->mu);
     atomic_store(&pool->stop, 1);
     pthread_cond_broadcast(&pool->cv);
@@ -169,6 +170,20 @@ void el_pool_free(el_pool *pool) {
     pthread_cond_destroy(&pool->cv);
     free(pool->scratch);
     free(pool);
+}
+
+void el_pool_ref(el_pool *pool) { atomic_fetch_add(&pool->refs, 1); }
+
+void el_pool_unref(el_pool *pool) {
+    if (atomic_fetch_sub(&pool->refs, 1) == 1) destroy(pool);
+}
+
+void el_pool_free(el_pool *pool) {
+    if (pool) el_pool_unref(pool); /* the last model's el_model_free finishes the job otherwise */
+}
+
+int el_pool_users(const el_pool *pool) {
+    return pool ? atomic_load((atomic_int *)&pool->refs) - 1 : 0;
 }
 
 int el_pool_threads(const el_pool *pool) { return pool ? pool->n_threads : 0; }

@@ -9,6 +9,11 @@
 
 #include "edgellama.h"
 
+/* A model's hold on its pool: el_model_create refs it, el_model_free unrefs it, and the last unref
+ * (this or the owner's el_pool_free) destroys it. */
+void el_pool_ref(el_pool *pool);
+void el_pool_unref(el_pool *pool);
+
 /* Takes the pool for one public call (el_matmul, el_model_*): waits while another thread's call
  * holds it; EL_EBUSY, without waiting, when this thread holds it already (a public call made
  * from inside another would otherwise deadlock). el_pool_leave after an EL_OK only. */

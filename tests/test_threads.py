@@ -133,3 +133,33 @@ def test_a_generation_in_progress_holds_the_llm_until_it_is_closed(smollm2_path:
         next(gen2)
         gen2.close()  # closing releases it too
         llm.reset()
+
+
+def test_closing_a_pool_an_engine_uses_is_refused(smollm2_path: Path) -> None:
+    _f, desc = _load(smollm2_path)
+    pool = Pool(2)
+    eng = Engine(desc, pool, 64, 16)
+    want = eng.eval(SMOL_IDS, 0)
+    assert pool.users == 1
+    with pytest.raises(RuntimeError, match="in use by 1 open engine"):
+        pool.close()
+    eng.truncate(0)
+    assert np.array_equal(eng.eval(SMOL_IDS, 0), want)  # the refused close changed nothing
+    eng.close()
+    assert pool.users == 0
+    pool.close()
+    with pytest.raises(ValueError, match="closed"):
+        Engine(desc, pool, 64, 16)
+
+
+def test_a_pool_dropped_before_its_engine_lives_until_the_engine_is_closed(smollm2_path: Path) -> None:
+    """What a garbage cycle may do: the pool's finalizer runs first. The C library keeps the pool
+    (and its threads) for the model, and frees it with the model."""
+    _f, desc = _load(smollm2_path)
+    pool = Pool(2)
+    eng = Engine(desc, pool, 64, 16)
+    want = eng.eval(SMOL_IDS, 0)
+    pool.__del__()  # el_pool_free while the model is alive
+    eng.truncate(0)
+    assert np.array_equal(eng.eval(SMOL_IDS, 0), want)
+    eng.close()

@@ -1500,6 +1500,36 @@ static void test_model_threads(rng_t *r) {
     tiny_free(&t);
 }
 
+/* el_pool_free while a model uses the pool: the pool lives on (its threads still work for the
+ * model) until the model is freed, which frees it (ASan's leak check sees a pool left behind) */
+static void test_pool_outlives_its_owner(rng_t *r) {
+    tiny_model t;
+    tiny_make(r, &t);
+    const int32_t tokens[3] = {1, 2, 3};
+    float want[TINY_VOCAB], got[TINY_VOCAB];
+    el_pool *pool;
+    el_model *m = NULL;
+    if (el_pool_create(2, &pool) != EL_OK) {
+        check(0, "el_pool_create(2)");
+        tiny_free(&t);
+        return;
+    }
+    check(el_pool_users(pool) == 0, "a new pool has no users");
+    int st = el_model_create(&t.d, pool, TINY_CTX, TINY_BATCH, EL_TYPE_F16, &m);
+    check(st == EL_OK && el_pool_users(pool) == 1, "el_model_create -> %d, pool users %d", st, el_pool_users(pool));
+    if (st == EL_OK) {
+        st = el_model_eval(m, tokens, 3, 0, want, 0);
+        el_pool_free(pool); /* the owner lets go: deferred while m uses it */
+        if (st == EL_OK) st = el_model_truncate(m, 0);
+        if (st == EL_OK) st = el_model_eval(m, tokens, 3, 0, got, 0);
+        check(st == EL_OK && memcmp(want, got, sizeof want) == 0, "a model after its pool's el_pool_free: %d", st);
+        el_model_free(m); /* frees the pool too */
+    } else {
+        el_pool_free(pool);
+    }
+    tiny_free(&t);
+}
+
 /* el_matmul from two threads on one pool: each result as computed alone */
 typedef struct { el_pool *pool; const mm_case *c; const float *want; int rounds, wrong; } mm_job;
 
@@ -1546,6 +1576,7 @@ static void test_threads(rng_t *r) {
     test_isa_switch_while_reading();
     test_matmul_threads(r);
     test_model_threads(r);
+    test_pool_outlives_its_owner(r);
 }
 
 int main(int argc, char **argv) {

@@ -23,12 +23,14 @@ KV_TYPES = {"f32": 0, "f16": 1, "q8_0": 8}
 
 
 class Pool:
-    """A persistent pthread pool (n_threads including the caller)."""
+    """A persistent pthread pool (n_threads including the caller). Engines created on it keep it
+    alive; close() refuses while one of them is open."""
 
     def __init__(self, n_threads: int) -> None:
         out = ffi.new("el_pool **")
         check(lib.el_pool_create(int(n_threads), out), f"thread pool of {n_threads}")
         self._ptr: Any = out[0]
+        self._lock = threading.Lock()  # close vs an Engine being created on the pool
         self.n_threads = int(n_threads)
 
     @property
@@ -37,13 +39,29 @@ class Pool:
             raise ValueError("thread pool is closed")
         return self._ptr
 
+    @property
+    def users(self) -> int:
+        """Engines created on this pool and not closed (the C library's count)."""
+        with self._lock:
+            return int(lib.el_pool_users(self.ptr))
+
     def close(self) -> None:
-        if self._ptr is not None:
+        """Stops the threads; RuntimeError while an Engine created on this pool is open."""
+        with self._lock:
+            if self._ptr is None:
+                return
+            users = int(lib.el_pool_users(self._ptr))
+            if users:
+                raise RuntimeError(f"the thread pool is in use by {users} open engine(s): close them first")
             lib.el_pool_free(self._ptr)
             self._ptr = None
 
     def __del__(self) -> None:
-        self.close()
+        # Engines hold their pool, so this runs after theirs, unless both die in one garbage cycle
+        # (either order): the C library then frees the pool with its last model.
+        if getattr(self, "_ptr", None) is not None:
+            lib.el_pool_free(self._ptr)
+            self._ptr = None
 
 
 def _fill_tensor(dst: Any, t: TensorRef | None, keep: list[Any]) -> None:
@@ -126,7 +144,8 @@ class Engine:
         self.kv_type = kv_type
         d, keep = _c_desc(desc)
         out = ffi.new("el_model **")
-        status = lib.el_model_create(d, pool.ptr, self.n_ctx, self.n_batch, KV_TYPES[kv_type], out)
+        with pool._lock:  # not closed meanwhile; from here on the C model holds the pool
+            status = lib.el_model_create(d, pool.ptr, self.n_ctx, self.n_batch, KV_TYPES[kv_type], out)
         if status != 0:
             raise KernelError("creating the model (shapes, types or memory)", status)
         self._keep = keep  # cffi buffers: the C model points into these views of the file
