@@ -140,10 +140,14 @@ int el_model_create(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int
 void el_model_free(el_model *model);
 size_t el_model_kv_bytes(const el_model *model);
 size_t el_model_scratch_bytes(const el_model *model);
-/* Evaluates n tokens at positions pos0..pos0+n-1 (continuing the cached sequence). Writes logits of
- * the last token (n_vocab floats), or of every token when all_logits (n x n_vocab). */
+/* Evaluates n tokens at positions pos0..pos0+n-1, continuing the cached sequence: pos0 must equal
+ * el_model_n_past (EL_ECTX otherwise, and when pos0 + n passes n_ctx). Writes logits of the last
+ * token (n_vocab floats), or of every token when all_logits (n x n_vocab). */
 int el_model_eval(el_model *model, const int32_t *tokens, size_t n, int32_t pos0, float *logits,
                   int all_logits);
+/* Length of the cached sequence (what the global layers hold; the newest position + 1 when every
+ * layer is windowed): the pos0 of the next el_model_eval. */
+int32_t el_model_n_past(const el_model *model);
 /* Forgets cached positions >= pos (to re-evaluate from there). EL_ECTX when a windowed layer's ring
  * no longer holds the keys that position needs (the caller must then re-evaluate from 0). */
 int el_model_truncate(el_model *model, int32_t pos);

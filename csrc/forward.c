@@ -153,5 +153,8 @@ static int eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, floa
 
 int el_model_eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, float *logits, int all_logits) {
     const int st = el_model_enter(m);
-    return st != EL_OK ? st : el_model_leave(m, eval(m, tokens, n, pos0, logits, all_logits));
+    if (st != EL_OK) return st;
+    /* a batch that does not continue the cached sequence would attend to stale or missing keys */
+    if (pos0 >= 0 && pos0 != el_kv_n_past(m)) return el_model_leave(m, EL_ECTX);
+    return el_model_leave(m, eval(m, tokens, n, pos0, logits, all_logits));
 }

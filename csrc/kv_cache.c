@@ -83,17 +83,20 @@ static void rerotate(el_model *m, char *kslot, const float *cs) {
     }
 }
 
+int32_t el_kv_n_past(const el_model *m) {
+    /* the sequence length is what the global layers hold (every layer if all are windowed) */
+    int32_t n_past = 0;
+    for (int32_t il = 0; il < m->d.n_layer; il++)
+        if (!m->kv[il].ring) return m->kv[il].n_used;
+    for (int32_t il = 0; il < m->d.n_layer; il++)
+        for (int32_t s = 0; s < m->kv[il].n_used; s++)
+            if (m->kv[il].pos[s] + 1 > n_past) n_past = m->kv[il].pos[s] + 1;
+    return n_past;
+}
+
 static int shift_held(el_model *m, int32_t n_keep, int32_t n_discard) {
     if (n_keep < 0 || n_discard <= 0) return EL_EINVAL;
-    /* the sequence length is what the global layers hold (every layer if all are windowed) */
-    int32_t n_past = -1;
-    for (int32_t il = 0; il < m->d.n_layer; il++)
-        if (!m->kv[il].ring) n_past = m->kv[il].n_used;
-    if (n_past < 0)
-        for (int32_t il = 0; il < m->d.n_layer; il++)
-            for (int32_t s = 0; s < m->kv[il].n_used; s++)
-                if (m->kv[il].pos[s] + 1 > n_past) n_past = m->kv[il].pos[s] + 1;
-    if ((int64_t)n_keep + n_discard > n_past) return EL_EINVAL;
+    if ((int64_t)n_keep + n_discard > el_kv_n_past(m)) return EL_EINVAL;
     const size_t slot = el_kv_slot_bytes(m);
     float cs[EL_MAX_HEAD_DIM];
     for (int32_t il = 0; il < m->d.n_layer; il++) {
@@ -228,6 +231,13 @@ static int state_load_held(el_model *m, const void *buf, size_t size) {
 }
 
 /* the public calls: each holds the model's pool while it runs (model.h) */
+int32_t el_model_n_past(const el_model *m) {
+    if (el_model_enter(m) != EL_OK) return -1;
+    const int32_t n = el_kv_n_past(m);
+    el_model_leave(m, EL_OK);
+    return n;
+}
+
 size_t el_model_state_size(const el_model *m) {
     if (el_model_enter(m) != EL_OK) return 0;
     const size_t n = state_size_held(m);

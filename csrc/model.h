@@ -54,6 +54,8 @@ static inline int el_model_leave(const el_model *m, int status) {
 size_t el_kv_slot_bytes(const el_model *m);
 /* slots a layer with this window gets */
 int32_t el_kv_layer_slots(int32_t window, int32_t n_ctx, int32_t n_batch);
+/* the length of the cached sequence: the position the next batch must start at */
+int32_t el_kv_n_past(const el_model *m);
 /* stores n new keys/values at positions pos0.. */
 void el_kv_store(el_model *m, kv_layer *c, const float *k, const float *v, size_t n, int32_t pos0);
 int el_act_kind(int wtype);

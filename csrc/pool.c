@@ -61,6 +61,8 @@ struct el_pool {
 
 typedef struct { el_pool *pool; } worker_arg;
 
+static atomic_int g_live; /* pools created and not yet destroyed (el_pool_live, for tests) */
+
 static long now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -129,6 +131,7 @@ int el_pool_create(int n_threads, el_pool **out) {
     if (!pool) return EL_ENOMEM;
     pool->n_threads = 1;
     atomic_init(&pool->refs, 1);
+    atomic_fetch_add(&g_live, 1);
     long us = EL_SPIN_US_DEFAULT;
     const char *env = getenv("EDGELLAMA_SPIN_US");
     if (env && *env) {
@@ -170,6 +173,7 @@ static void destroy(el_pool *pool) {
     pthread_cond_destroy(&pool->cv);
     free(pool->scratch);
     free(pool);
+    atomic_fetch_sub(&g_live, 1);
 }
 
 void el_pool_ref(el_pool *pool) { atomic_fetch_add(&pool->refs, 1); }
@@ -181,6 +185,8 @@ void el_pool_unref(el_pool *pool) {
 void el_pool_free(el_pool *pool) {
     if (pool) el_pool_unref(pool); /* the last model's el_model_free finishes the job otherwise */
 }
+
+int el_pool_live(void) { return atomic_load(&g_live); }
 
 int el_pool_users(const el_pool *pool) {
     return pool ? atomic_load((atomic_int *)&pool->refs) - 1 : 0;

@@ -13,6 +13,7 @@
  * (this or the owner's el_pool_free) destroys it. */
 void el_pool_ref(el_pool *pool);
 void el_pool_unref(el_pool *pool);
+int el_pool_live(void); /* pools not yet destroyed, process-wide (tests: a deferred free happens) */
 
 /* Takes the pool for one public call (el_matmul, el_model_*): waits while another thread's call
  * holds it; EL_EBUSY, without waiting, when this thread holds it already (a public call made

@@ -163,3 +163,22 @@ def test_a_pool_dropped_before_its_engine_lives_until_the_engine_is_closed(smoll
     eng.truncate(0)
     assert np.array_equal(eng.eval(SMOL_IDS, 0), want)
     eng.close()
+
+
+def test_eval_must_continue_the_cached_sequence(smollm2_path: Path) -> None:
+    _f, desc = _load(smollm2_path)
+    eng = Engine(desc, Pool(1), 64, 16)
+    with pytest.raises(KernelError, match="the KV cache holds 0 positions, so the next batch must start at position 0"):
+        eng.eval(SMOL_IDS[:2], 3)  # a hole
+    eng.eval(SMOL_IDS[:4], 0)
+    assert eng.n_past == 4
+    for pos0 in (0, 3, 5):  # overwriting, overlapping, leaving a hole
+        with pytest.raises(KernelError, match="must start at position 4"):
+            eng.eval(SMOL_IDS[4:6], pos0)
+    assert eng.eval(SMOL_IDS[4:6], 4).shape == (desc.n_vocab,)
+    eng.truncate(3)
+    assert eng.n_past == 3
+    eng.eval(SMOL_IDS[3:5], 3)
+    eng.shift(1, 2)
+    assert eng.n_past == 3
+    eng.close()

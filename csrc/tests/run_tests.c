@@ -1501,7 +1501,8 @@ static void test_model_threads(rng_t *r) {
 }
 
 /* el_pool_free while a model uses the pool: the pool lives on (its threads still work for the
- * model) until the model is freed, which frees it (ASan's leak check sees a pool left behind) */
+ * model) until the model is freed, which frees it (a leak checker would not see a pool left
+ * behind: its own threads still point to it; el_pool_live counts them) */
 static void test_pool_outlives_its_owner(rng_t *r) {
     tiny_model t;
     tiny_make(r, &t);
@@ -1509,6 +1510,7 @@ static void test_pool_outlives_its_owner(rng_t *r) {
     float want[TINY_VOCAB], got[TINY_VOCAB];
     el_pool *pool;
     el_model *m = NULL;
+    const int live0 = el_pool_live();
     if (el_pool_create(2, &pool) != EL_OK) {
         check(0, "el_pool_create(2)");
         tiny_free(&t);
@@ -1520,13 +1522,48 @@ static void test_pool_outlives_its_owner(rng_t *r) {
     if (st == EL_OK) {
         st = el_model_eval(m, tokens, 3, 0, want, 0);
         el_pool_free(pool); /* the owner lets go: deferred while m uses it */
+        const int live_after_free = el_pool_live();
         if (st == EL_OK) st = el_model_truncate(m, 0);
         if (st == EL_OK) st = el_model_eval(m, tokens, 3, 0, got, 0);
-        check(st == EL_OK && memcmp(want, got, sizeof want) == 0, "a model after its pool's el_pool_free: %d", st);
+        check(st == EL_OK && memcmp(want, got, sizeof want) == 0 && live_after_free == live0 + 1,
+              "a model after its pool's el_pool_free: %d (pools live %d, want %d)", st, live_after_free, live0 + 1);
         el_model_free(m); /* frees the pool too */
     } else {
         el_pool_free(pool);
     }
+    check(el_pool_live() == live0, "the last model's el_model_free frees the pool: %d pools live, want %d",
+          el_pool_live(), live0);
+    tiny_free(&t);
+}
+
+/* el_model_eval continues the cached sequence: pos0 is el_model_n_past, through truncate and shift */
+static void test_eval_continues_the_cache(rng_t *r) {
+    tiny_model t;
+    tiny_make(r, &t);
+    const int32_t tokens[4] = {5, 6, 7, 8};
+    float y[TINY_VOCAB];
+    el_model *m = NULL;
+    const int st = el_model_create(&t.d, pool_of(2), TINY_CTX, TINY_BATCH, EL_TYPE_F16, &m);
+    check(st == EL_OK, "el_model_create -> %d", st);
+    if (st == EL_OK) {
+        const int fresh_at_1 = el_model_eval(m, tokens, 1, 1, y, 0); /* a hole before it */
+        const int at_0 = el_model_eval(m, tokens, 3, 0, y, 0);
+        const int n3 = el_model_n_past(m);
+        const int again_0 = el_model_eval(m, tokens, 1, 0, y, 0);        /* overwrite */
+        const int back_2 = el_model_eval(m, tokens, 1, 2, y, 0);         /* overlap */
+        const int ahead_4 = el_model_eval(m, tokens, 1, 4, y, 0);        /* a hole */
+        const int at_3 = el_model_eval(m, tokens + 3, 1, 3, y, 0);
+        const int tr = el_model_truncate(m, 2);
+        const int n2 = el_model_n_past(m), at_2 = el_model_eval(m, tokens, 1, 2, y, 0);
+        const int sh = el_model_shift(m, 1, 2); /* 3 positions -> 1 */
+        const int n1 = el_model_n_past(m), at_1 = el_model_eval(m, tokens, 1, 1, y, 0);
+        check(fresh_at_1 == EL_ECTX && at_0 == EL_OK && n3 == 3 && again_0 == EL_ECTX && back_2 == EL_ECTX &&
+                  ahead_4 == EL_ECTX && at_3 == EL_OK && tr == EL_OK && n2 == 2 && at_2 == EL_OK && sh == EL_OK &&
+                  n1 == 1 && at_1 == EL_OK && el_model_n_past(m) == 2,
+              "eval positions vs the cache: %d %d n=%d %d %d %d %d | %d n=%d %d | %d n=%d %d", fresh_at_1, at_0, n3,
+              again_0, back_2, ahead_4, at_3, tr, n2, at_2, sh, n1, at_1);
+    }
+    el_model_free(m);
     tiny_free(&t);
 }
 
@@ -1577,6 +1614,7 @@ static void test_threads(rng_t *r) {
     test_matmul_threads(r);
     test_model_threads(r);
     test_pool_outlives_its_owner(r);
+    test_eval_continues_the_cache(r);
 }
 
 int main(int argc, char **argv) {
@@ -1614,7 +1652,7 @@ int main(int argc, char **argv) {
                 {"quantize_act", test_quantize_act}, {"vec_dot", test_vec_dot},   {"float kernels", test_float_kernels},
                 {"dequant/quant", test_dequant_quant}, {"matmul", test_matmul},   {"ops", test_ops},
                 {"attention", test_attention}, {"vec_dot_nv", test_vec_dot_nv}, {"batch == single", test_matmul_batch},
-                {"pool", test_pool}, {"llama.cpp order", test_llamacpp_order}, {"threads", test_threads},
+                {"pool", test_pool}, {"llama.cpp order", test_llamacpp_order}, {"model/threads", test_threads},
             };
             for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
                 const int f0 = g_fail, p0 = g_pass;

@@ -195,8 +195,18 @@ class Engine:
         with self._lock:
             status = lib.el_model_eval(self._model, ffi.from_buffer("int32_t[]", toks), n, int(pos0),
                                        ffi.from_buffer("float[]", out), int(all_logits))
+            n_past = int(lib.el_model_n_past(self._model)) if status == lib.EL_ECTX else 0
+        if status == lib.EL_ECTX and 0 <= pos0 != n_past:
+            raise KernelError(f"evaluating {n} tokens at position {pos0}: the KV cache holds {n_past} positions, "
+                              f"so the next batch must start at position {n_past}", status)
         check(status, f"evaluating {n} tokens at position {pos0}")
         return out
+
+    @property
+    def n_past(self) -> int:
+        """Positions the KV cache holds: where the next eval must start."""
+        with self._lock:
+            return int(lib.el_model_n_past(self._model))
 
     def truncate(self, pos: int) -> None:
         with self._lock:
