@@ -2,11 +2,13 @@
  * Opaque handles, explicit sizes, integer status codes. The only global state is the
  * CPU-feature dispatch table (el_isa_*).
  * Threads: any function may be called from any thread. A pool runs one computation at a time:
- * el_matmul and every el_model_* call that reads or changes a model's state (eval, truncate, shift,
- * set_numerics, state save / load) hold the pool (the model's pool) until they return, and a call
- * from another thread waits for it, so several threads may share a pool or a model and their calls
- * are serialized (each one whole; calls that must go together, such as truncate then eval, need
- * the caller's own lock). Freeing a handle while another thread uses it is the caller's error. */
+ * el_matmul and every el_model_* call on a model's cache or numerics (eval, n_past, truncate, shift,
+ * set_numerics, state size / save / load) hold the pool (the model's pool) until they return, and
+ * a call from another thread waits for it, so several threads may share a pool or a model and
+ * their calls are serialized (each one whole; calls that must go together, such as truncate then
+ * eval, need the caller's own lock). el_isa_set may run meanwhile: every kernel lookup sees one
+ * ISA's complete table. Freeing a handle while another thread uses it is the caller's error (a
+ * pool's owner may free it while models use it: see el_pool_free). */
 #ifndef EDGELLAMA_H
 #define EDGELLAMA_H
 
