@@ -1,6 +1,10 @@
 /* dispatch.c - CPU feature detection (cpuid / getauxval) and the choice of kernels.
- * EDGELLAMA_ISA=scalar|avx2|avx512|neon|neon-dotprod overrides the automatic choice. */
+ * EDGELLAMA_ISA=scalar|avx2|avx512|neon|neon-dotprod overrides the automatic choice.
+ * Each ISA's table is filled once, aside, and never written again; the active one is a pointer
+ * swapped atomically, so a thread reading the table while another calls el_isa_set sees either the
+ * old table or the new one, never a half-filled one. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +26,12 @@
 #endif
 #endif
 
-static el_kernels g_kern;
+/* one table per ISA name, filled on first selection (under g_lock) and read-only from then on */
+static const char *const g_isa_names[] = {"scalar", "avx2", "avx512", "neon", "neon-dotprod"};
+#define N_ISAS (sizeof g_isa_names / sizeof g_isa_names[0])
+static el_kernels g_tables[N_ISAS];
+static int g_filled[N_ISAS];
+static _Atomic(const el_kernels *) g_active;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static char g_features[256];
@@ -96,6 +105,20 @@ static void fill(el_kernels *k, const char *name) {
 #endif
 }
 
+/* the filled table of an available ISA: its first selection fills it, aside from the active one */
+static const el_kernels *table_of(const char *name) {
+    size_t i = 0;
+    while (i < N_ISAS && strcmp(g_isa_names[i], name) != 0) i++;
+    if (i == N_ISAS) return NULL;
+    pthread_mutex_lock(&g_lock);
+    if (!g_filled[i]) {
+        fill(&g_tables[i], name);
+        g_filled[i] = 1;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return &g_tables[i];
+}
+
 static const char *best_isa(const cpu_caps *c) {
     static const char *order[] = {"neon-dotprod", "neon", "avx512", "avx2", "scalar"};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
@@ -114,12 +137,12 @@ static void init_once(void) {
     if (want && *want && isa_ok(&c, want)) name = want;
     else if (want && *want && strcmp(want, "auto") != 0)
         fprintf(stderr, "edgellama: EDGELLAMA_ISA=%s is not available on this CPU/build; using %s\n", want, name);
-    fill(&g_kern, name);
+    atomic_store_explicit(&g_active, table_of(name), memory_order_release);
 }
 
 const el_kernels *el_kern(void) {
     pthread_once(&g_once, init_once);
-    return &g_kern;
+    return atomic_load_explicit(&g_active, memory_order_acquire);
 }
 
 const char *el_isa_name(void) { return el_kern()->name; }
@@ -140,10 +163,10 @@ int el_isa_set(const char *name) {
     cpu_caps c = detect();
     if (!name) name = best_isa(&c);
     if (!isa_ok(&c, name)) return EL_EUNSUPPORTED;
-    /* Callers switch ISA between computations (tests, the CLI), never during one. */
-    pthread_mutex_lock(&g_lock);
-    fill(&g_kern, name);
-    pthread_mutex_unlock(&g_lock);
+    /* a kernel lookup meanwhile gets the old table or the new one, each complete; a computation
+     * that spans the switch may mix ISAs (results within each ISA's tolerance, not bit-identical),
+     * so callers still switch between computations */
+    atomic_store_explicit(&g_active, table_of(name), memory_order_release);
     return EL_OK;
 }
 

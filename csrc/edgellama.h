@@ -1,6 +1,14 @@
 /* edgellama.h - the public C API of the edgellama kernel library.
  * Opaque handles, explicit sizes, integer status codes. The only global state is the
- * CPU-feature dispatch table (el_isa_*). Distinct handles may be used from distinct threads. */
+ * CPU-feature dispatch table (el_isa_*).
+ * Threads: any function may be called from any thread. A pool runs one computation at a time:
+ * el_matmul and every el_model_* call on a model's cache or numerics (eval, n_past, truncate, shift,
+ * set_numerics, state size / save / load) hold the pool (the model's pool) until they return, and
+ * a call from another thread waits for it, so several threads may share a pool or a model and
+ * their calls are serialized (each one whole; calls that must go together, such as truncate then
+ * eval, need the caller's own lock). el_isa_set may run meanwhile: every kernel lookup sees one
+ * ISA's complete table. Freeing a handle while another thread uses it is the caller's error (a
+ * pool's owner may free it while models use it: see el_pool_free). */
 #ifndef EDGELLAMA_H
 #define EDGELLAMA_H
 
@@ -18,7 +26,8 @@ enum el_status {
     EL_ENOMEM = -2,       /* allocation failed */
     EL_EUNSUPPORTED = -3, /* type / ISA / architecture not supported */
     EL_ETHREAD = -4,      /* thread creation failed */
-    EL_ECTX = -5          /* context (KV cache) full or position out of range */
+    EL_ECTX = -5,         /* context (KV cache) full or position out of range */
+    EL_EBUSY = -6         /* the pool is already held by this thread (a call made from inside another) */
 };
 const char *el_status_str(int status);
 
@@ -64,8 +73,12 @@ const char *el_cpu_features(void);     /* space separated feature names seen at 
 /* ---- thread pool: persistent workers, no thread creation per call ---- */
 typedef struct el_pool el_pool;
 int el_pool_create(int n_threads, el_pool **out);
+/* The owner lets go of the pool. Models created on it keep it alive: while any is not freed, the
+ * pool (and its threads) stays, and the last el_model_free frees it; the handle must not be used
+ * after this call either way. */
 void el_pool_free(el_pool *pool);
 int el_pool_threads(const el_pool *pool);
+int el_pool_users(const el_pool *pool);  /* models created on the pool and not yet freed */
 
 /* Y[v][r] = sum_c W[r][c] * X[v][c] for v < n_vec, r < rows.
  * W: rows x el_row_bytes(wtype, cols) bytes (w_bytes must equal that product); X: n_vec x cols floats;
@@ -129,10 +142,14 @@ int el_model_create(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int
 void el_model_free(el_model *model);
 size_t el_model_kv_bytes(const el_model *model);
 size_t el_model_scratch_bytes(const el_model *model);
-/* Evaluates n tokens at positions pos0..pos0+n-1 (continuing the cached sequence). Writes logits of
- * the last token (n_vocab floats), or of every token when all_logits (n x n_vocab). */
+/* Evaluates n tokens at positions pos0..pos0+n-1, continuing the cached sequence: pos0 must equal
+ * el_model_n_past (EL_ECTX otherwise, and when pos0 + n passes n_ctx). Writes logits of the last
+ * token (n_vocab floats), or of every token when all_logits (n x n_vocab). */
 int el_model_eval(el_model *model, const int32_t *tokens, size_t n, int32_t pos0, float *logits,
                   int all_logits);
+/* Length of the cached sequence (what the global layers hold; the newest position + 1 when every
+ * layer is windowed): the pos0 of the next el_model_eval. */
+int32_t el_model_n_past(const el_model *model);
 /* Forgets cached positions >= pos (to re-evaluate from there). EL_ECTX when a windowed layer's ring
  * no longer holds the keys that position needs (the caller must then re-evaluate from 0). */
 int el_model_truncate(el_model *model, int32_t pos);

@@ -79,8 +79,8 @@ static void llx_attention(el_model *m, const kv_layer *c, const el_attn_args *a)
                      m->llx_scratch);
 }
 
-int el_model_eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, float *logits, int all_logits) {
-    if (!m || !tokens || !logits || n == 0 || n > (size_t)m->n_batch || pos0 < 0) return EL_EINVAL;
+static int eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, float *logits, int all_logits) {
+    if (!tokens || !logits || n == 0 || n > (size_t)m->n_batch || pos0 < 0) return EL_EINVAL;
     if ((int64_t)pos0 + (int64_t)n > m->n_ctx) return EL_ECTX;
     const el_model_desc *d = &m->d;
     const size_t E = (size_t)d->n_embd, HD = (size_t)d->head_dim, NH = (size_t)d->n_head;
@@ -149,4 +149,12 @@ int el_model_eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, fl
     invalidate(m);
     mm(m, d->output.data ? &d->output : &d->tok_embd, m->xn, rows, logits);
     return EL_OK;
+}
+
+int el_model_eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, float *logits, int all_logits) {
+    const int st = el_model_enter(m);
+    if (st != EL_OK) return st;
+    /* a batch that does not continue the cached sequence would attend to stale or missing keys */
+    if (pos0 >= 0 && pos0 != el_kv_n_past(m)) return el_model_leave(m, EL_ECTX);
+    return el_model_leave(m, eval(m, tokens, n, pos0, logits, all_logits));
 }

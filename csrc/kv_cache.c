@@ -38,8 +38,8 @@ void el_kv_store(el_model *m, kv_layer *c, const float *k, const float *v, size_
     }
 }
 
-int el_model_truncate(el_model *m, int32_t pos) {
-    if (!m || pos < 0) return EL_EINVAL;
+static int truncate_held(el_model *m, int32_t pos) {
+    if (pos < 0) return EL_EINVAL;
     int status = EL_OK;
     for (int32_t il = 0; il < m->d.n_layer; il++) {
         kv_layer *c = &m->kv[il];
@@ -83,17 +83,20 @@ static void rerotate(el_model *m, char *kslot, const float *cs) {
     }
 }
 
-int el_model_shift(el_model *m, int32_t n_keep, int32_t n_discard) {
-    if (!m || n_keep < 0 || n_discard <= 0) return EL_EINVAL;
+int32_t el_kv_n_past(const el_model *m) {
     /* the sequence length is what the global layers hold (every layer if all are windowed) */
-    int32_t n_past = -1;
+    int32_t n_past = 0;
     for (int32_t il = 0; il < m->d.n_layer; il++)
-        if (!m->kv[il].ring) n_past = m->kv[il].n_used;
-    if (n_past < 0)
-        for (int32_t il = 0; il < m->d.n_layer; il++)
-            for (int32_t s = 0; s < m->kv[il].n_used; s++)
-                if (m->kv[il].pos[s] + 1 > n_past) n_past = m->kv[il].pos[s] + 1;
-    if ((int64_t)n_keep + n_discard > n_past) return EL_EINVAL;
+        if (!m->kv[il].ring) return m->kv[il].n_used;
+    for (int32_t il = 0; il < m->d.n_layer; il++)
+        for (int32_t s = 0; s < m->kv[il].n_used; s++)
+            if (m->kv[il].pos[s] + 1 > n_past) n_past = m->kv[il].pos[s] + 1;
+    return n_past;
+}
+
+static int shift_held(el_model *m, int32_t n_keep, int32_t n_discard) {
+    if (n_keep < 0 || n_discard <= 0) return EL_EINVAL;
+    if ((int64_t)n_keep + n_discard > el_kv_n_past(m)) return EL_EINVAL;
     const size_t slot = el_kv_slot_bytes(m);
     float cs[EL_MAX_HEAD_DIM];
     for (int32_t il = 0; il < m->d.n_layer; il++) {
@@ -138,8 +141,7 @@ static size_t layer_bytes(const el_model *m, const kv_layer *c) {
     return 4 * sizeof(int32_t) + (size_t)c->n_used * (sizeof(int32_t) + 2 * el_kv_slot_bytes(m));
 }
 
-size_t el_model_state_size(const el_model *m) {
-    if (!m) return 0;
+static size_t state_size_held(const el_model *m) {
     size_t n = EL_STATE_HDR * sizeof(int32_t);
     for (int32_t il = 0; il < m->d.n_layer; il++) n += layer_bytes(m, &m->kv[il]);
     return n;
@@ -156,8 +158,8 @@ static void header(const el_model *m, int32_t h[EL_STATE_HDR]) {
     h[7] = m->n_batch;
 }
 
-int el_model_state_save(const el_model *m, void *buf, size_t size) {
-    if (!m || !buf || size != el_model_state_size(m)) return EL_EINVAL;
+static int state_save_held(const el_model *m, void *buf, size_t size) {
+    if (!buf || size != state_size_held(m)) return EL_EINVAL;
     char *p = buf;
     int32_t h[EL_STATE_HDR];
     header(m, h);
@@ -179,8 +181,8 @@ int el_model_state_save(const el_model *m, void *buf, size_t size) {
     return EL_OK;
 }
 
-int el_model_state_load(el_model *m, const void *buf, size_t size) {
-    if (!m || !buf) return EL_EINVAL;
+static int state_load_held(el_model *m, const void *buf, size_t size) {
+    if (!buf) return EL_EINVAL;
     const char *p = buf, *end = p + size;
     int32_t h[EL_STATE_HDR], want[EL_STATE_HDR];
     if (size < sizeof h) return EL_EINVAL;
@@ -226,4 +228,39 @@ int el_model_state_load(el_model *m, const void *buf, size_t size) {
         p += (size_t)c->n_used * slot;
     }
     return EL_OK;
+}
+
+/* the public calls: each holds the model's pool while it runs (model.h) */
+int32_t el_model_n_past(const el_model *m) {
+    if (el_model_enter(m) != EL_OK) return -1;
+    const int32_t n = el_kv_n_past(m);
+    el_model_leave(m, EL_OK);
+    return n;
+}
+
+size_t el_model_state_size(const el_model *m) {
+    if (el_model_enter(m) != EL_OK) return 0;
+    const size_t n = state_size_held(m);
+    el_model_leave(m, EL_OK);
+    return n;
+}
+
+int el_model_truncate(el_model *m, int32_t pos) {
+    const int st = el_model_enter(m);
+    return st != EL_OK ? st : el_model_leave(m, truncate_held(m, pos));
+}
+
+int el_model_shift(el_model *m, int32_t n_keep, int32_t n_discard) {
+    const int st = el_model_enter(m);
+    return st != EL_OK ? st : el_model_leave(m, shift_held(m, n_keep, n_discard));
+}
+
+int el_model_state_save(const el_model *m, void *buf, size_t size) {
+    const int st = el_model_enter(m);
+    return st != EL_OK ? st : el_model_leave(m, state_save_held(m, buf, size));
+}
+
+int el_model_state_load(el_model *m, const void *buf, size_t size) {
+    const int st = el_model_enter(m);
+    return st != EL_OK ? st : el_model_leave(m, state_load_held(m, buf, size));
 }

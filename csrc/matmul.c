@@ -160,9 +160,13 @@ int el_matmul(el_pool *pool, int wtype, const void *w, size_t w_bytes, size_t ro
     if (rb == 0 || rows > SIZE_MAX / rb || w_bytes != rows * rb) return EL_EINVAL;
     const size_t ab = el_act_bytes(wtype, cols, n_vec);
     if (ab == 0) return EL_EINVAL;
+    const int st = el_pool_enter(pool); /* the pool's scratch and task are ours until leave */
+    if (st != EL_OK) return st;
     void *act = el_pool_scratch(pool, ab);
-    if (!act) return EL_ENOMEM;
-    el_quantize_act(pool, wtype, x, cols, n_vec, act);
-    el_matmul_act(pool, wtype, w, rows, cols, act, n_vec, y, rows);
-    return EL_OK;
+    if (act) {
+        el_quantize_act(pool, wtype, x, cols, n_vec, act);
+        el_matmul_act(pool, wtype, w, rows, cols, act, n_vec, y, rows);
+    }
+    el_pool_leave(pool);
+    return act ? EL_OK : EL_ENOMEM;
 }

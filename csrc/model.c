@@ -152,6 +152,7 @@ int el_model_create(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int
     if (!m) return EL_ENOMEM;
     m->d = *desc;
     m->pool = pool;
+    el_pool_ref(pool); /* the pool outlives the model, even past its owner's el_pool_free */
     m->n_ctx = n_ctx;
     m->n_batch = n_batch;
     m->kv_type = kv_type;
@@ -213,6 +214,7 @@ void el_model_free(el_model *m) {
     free(m->block);
     free(m->llx_act);
     free(m->llx_scratch);
+    if (m->pool) el_pool_unref(m->pool);
     free(m);
 }
 
@@ -257,8 +259,7 @@ size_t el_model_numerics_bytes(const el_model_desc *desc, int32_t n_ctx, int32_t
     return act + floats * sizeof(float);
 }
 
-int el_model_set_numerics(el_model *m, int numerics) {
-    if (!m) return EL_EINVAL;
+static int set_numerics_held(el_model *m, int numerics) {
     if (numerics == EL_NUMERICS_NATIVE) {
         m->numerics = numerics;
         return EL_OK;
@@ -281,6 +282,11 @@ int el_model_set_numerics(el_model *m, int numerics) {
     }
     m->numerics = numerics;
     return EL_OK;
+}
+
+int el_model_set_numerics(el_model *m, int numerics) {
+    const int st = el_model_enter(m);
+    return st != EL_OK ? st : el_model_leave(m, set_numerics_held(m, numerics));
 }
 
 size_t el_model_kv_bytes(const el_model *m) { return m ? m->kv_bytes : 0; }

@@ -42,10 +42,20 @@ struct el_model {
     size_t llx_cells;                /* cells the llama.cpp attention scratch holds */
 };
 
+/* A public call on a model holds the model's pool for its whole run (pool.h, edgellama.h):
+ *   const int st = el_model_enter(m); return st != EL_OK ? st : el_model_leave(m, held_call(m, ...)); */
+static inline int el_model_enter(const el_model *m) { return m ? el_pool_enter(m->pool) : EL_EINVAL; }
+static inline int el_model_leave(const el_model *m, int status) {
+    el_pool_leave(m->pool);
+    return status;
+}
+
 /* bytes of one slot (all kv heads) of K or of V */
 size_t el_kv_slot_bytes(const el_model *m);
 /* slots a layer with this window gets */
 int32_t el_kv_layer_slots(int32_t window, int32_t n_ctx, int32_t n_batch);
+/* the length of the cached sequence: the position the next batch must start at */
+int32_t el_kv_n_past(const el_model *m);
 /* stores n new keys/values at positions pos0.. */
 void el_kv_store(el_model *m, kv_layer *c, const float *k, const float *v, size_t n, int32_t pos0);
 int el_act_kind(int wtype);

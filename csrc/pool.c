@@ -41,6 +41,7 @@ struct el_pool {
     int n_threads;
     long spin_ns;
     pthread_t threads[EL_MAX_THREADS];
+    pthread_mutex_t busy; /* held by the thread whose public call runs on the pool (error-checking) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     _Atomic uint64_t state;
@@ -48,6 +49,7 @@ struct el_pool {
     atomic_int done;      /* joined workers that finished */
     atomic_int sleeping;  /* workers in (or entering) cond_wait */
     atomic_int stop;
+    atomic_int refs;      /* the owner's (until el_pool_free) + one per model created on the pool */
     /* the current task, written before the release of a new generation */
     size_t n_items;
     el_item_fn item_fn;
@@ -58,6 +60,8 @@ struct el_pool {
 };
 
 typedef struct { el_pool *pool; } worker_arg;
+
+static atomic_int g_live; /* pools created and not yet destroyed (el_pool_live, for tests) */
 
 static long now_ns(void) {
     struct timespec ts;
@@ -126,6 +130,8 @@ int el_pool_create(int n_threads, el_pool **out) {
     el_pool *pool = calloc(1, sizeof *pool);
     if (!pool) return EL_ENOMEM;
     pool->n_threads = 1;
+    atomic_init(&pool->refs, 1);
+    atomic_fetch_add(&g_live, 1);
     long us = EL_SPIN_US_DEFAULT;
     const char *env = getenv("EDGELLAMA_SPIN_US");
     if (env && *env) {
@@ -134,6 +140,11 @@ int el_pool_create(int n_threads, el_pool **out) {
         if (*end == 0 && v >= 0 && v <= 1000000) us = v;
     }
     pool->spin_ns = us * 1000L;
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ERRORCHECK);
+    pthread_mutex_init(&pool->busy, &attr);
+    pthread_mutexattr_destroy(&attr);
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->cv, NULL);
     for (int i = 1; i < n_threads; i++) {
@@ -151,20 +162,44 @@ int el_pool_create(int n_threads, el_pool **out) {
     return EL_OK;
 }
 
-void el_pool_free(el_pool *pool) {
-    if (!pool) return;
+static void destroy(el_pool *pool) {
     pthread_mutex_lock(&pool->mu);
     atomic_store(&pool->stop, 1);
     pthread_cond_broadcast(&pool->cv);
     pthread_mutex_unlock(&pool->mu);
     for (int i = 1; i < pool->n_threads; i++) pthread_join(pool->threads[i], NULL);
+    pthread_mutex_destroy(&pool->busy);
     pthread_mutex_destroy(&pool->mu);
     pthread_cond_destroy(&pool->cv);
     free(pool->scratch);
     free(pool);
+    atomic_fetch_sub(&g_live, 1);
+}
+
+void el_pool_ref(el_pool *pool) { atomic_fetch_add(&pool->refs, 1); }
+
+void el_pool_unref(el_pool *pool) {
+    if (atomic_fetch_sub(&pool->refs, 1) == 1) destroy(pool);
+}
+
+void el_pool_free(el_pool *pool) {
+    if (pool) el_pool_unref(pool); /* the last model's el_model_free finishes the job otherwise */
+}
+
+int el_pool_live(void) { return atomic_load(&g_live); }
+
+int el_pool_users(const el_pool *pool) {
+    return pool ? atomic_load((atomic_int *)&pool->refs) - 1 : 0;
 }
 
 int el_pool_threads(const el_pool *pool) { return pool ? pool->n_threads : 0; }
+
+int el_pool_enter(el_pool *pool) {
+    /* EDEADLK: this thread holds it already (the mutex checks its owner instead of deadlocking) */
+    return pthread_mutex_lock(&pool->busy) == 0 ? EL_OK : EL_EBUSY;
+}
+
+void el_pool_leave(el_pool *pool) { pthread_mutex_unlock(&pool->busy); }
 
 static void pool_go(el_pool *p, size_t n_items, el_item_fn item_fn, el_task_fn task_fn, void *ctx) {
     p->n_items = n_items;

@@ -1,4 +1,5 @@
-/* pool.h - the persistent worker pool (internal). One computation runs on a pool at a time.
+/* pool.h - the persistent worker pool (internal). One computation runs on a pool at a time: every
+ * public call that runs on one holds it from entry to return (el_pool_enter / el_pool_leave).
  * Work is handed out item by item from an atomic counter, so a descheduled worker delays nobody:
  * whichever thread is running takes the next item, and the caller never waits for a late joiner. */
 #ifndef EL_POOL_H
@@ -7,6 +8,18 @@
 #include <stddef.h>
 
 #include "edgellama.h"
+
+/* A model's hold on its pool: el_model_create refs it, el_model_free unrefs it, and the last unref
+ * (this or the owner's el_pool_free) destroys it. */
+void el_pool_ref(el_pool *pool);
+void el_pool_unref(el_pool *pool);
+int el_pool_live(void); /* pools not yet destroyed, process-wide (tests: a deferred free happens) */
+
+/* Takes the pool for one public call (el_matmul, el_model_*): waits while another thread's call
+ * holds it; EL_EBUSY, without waiting, when this thread holds it already (a public call made
+ * from inside another would otherwise deadlock). el_pool_leave after an EL_OK only. */
+int el_pool_enter(el_pool *pool);
+void el_pool_leave(el_pool *pool);
 
 /* fn(ctx, i, n) runs exactly once for every item i in [0, n), on whichever pool thread (the caller
  * included) takes it first; returns when all items are done. Items may run on one thread in turn,

@@ -351,12 +351,6 @@ static void q8_1_from_float(const float *src, void *dst, size_t n) {
 /* ---- dot products with 8-bit activations: integer sum per block, one float term per block,
  * accumulated in block order (ggml_vec_dot_*_generic) ---- */
 
-static int dot_i8(const int8_t *a, const int8_t *b, int n) {
-    int s = 0;
-    for (int j = 0; j < n; j++) s += a[j] * b[j];
-    return s;
-}
-
 /* symmetric weights x Q8_0: sum_b d_w d_a sum(q_w q_a) */
 #define VEC_DOT_SYM(NAME, BLOCK, UNPACK)                                  \
     static float NAME(size_t n, const void *w, const void *a) {         \
@@ -369,7 +363,7 @@ static int dot_i8(const int8_t *a, const int8_t *b, int n) {
             memcpy(&bw, pw + i * sizeof bw, sizeof bw);                  \
             memcpy(&ba, pa + i * sizeof ba, sizeof ba);                  \
             UNPACK(&bw, q);                                              \
-            const int sumi = dot_i8(q, ba.qs, QK);                       \
+            const int sumi = el_dot_i8(q, ba.qs, QK);                    \
             sumf += (float)sumi * (el_fp16_to_fp32(bw.d) * el_fp16_to_fp32(ba.d)); \
         }                                                                \
         return sumf;                                                     \
@@ -387,7 +381,7 @@ static int dot_i8(const int8_t *a, const int8_t *b, int n) {
             memcpy(&bw, pw + i * sizeof bw, sizeof bw);                  \
             memcpy(&ba, pa + i * sizeof ba, sizeof ba);                  \
             UNPACK(&bw, q);                                              \
-            const int sumi = dot_i8(q, ba.qs, QK);                       \
+            const int sumi = el_dot_i8(q, ba.qs, QK);                    \
             sumf += (el_fp16_to_fp32(bw.d) * el_fp16_to_fp32(ba.d)) * (float)sumi + \
                     el_fp16_to_fp32(bw.m) * el_fp16_to_fp32(ba.s);       \
         }                                                                \

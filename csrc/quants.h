@@ -72,6 +72,14 @@ void el_unpack_q5_1(const block_q5_1 *b, int8_t q[QK5_1]);
 void el_unpack_q4_K(const block_q4_K *b, int8_t q[QK_K], uint8_t sc[8], uint8_t mn[8]);
 void el_unpack_q6_K(const block_q6_K *b, int8_t q[QK_K]);
 
+/* sum of a[j] b[j] over n 8-bit levels: the exact integer sum of a sub-block, shared by the scalar
+ * dot products of quants.c and quants_k.c */
+static inline int el_dot_i8(const int8_t *a, const int8_t *b, int n) {
+    int s = 0;
+    for (int j = 0; j < n; j++) s += a[j] * b[j];
+    return s;
+}
+
 /* NULL for types the library does not know. Defined in quants.c. */
 const el_type_traits *el_get_type_traits(int type);
 

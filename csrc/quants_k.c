@@ -616,12 +616,6 @@ static void q8_K_to_float(const void *src, float *dst, size_t n) {
  * the activation's bsums, then one float update sumf += d*isum - dmin*summ, in block order
  * (the arithmetic of ggml_vec_dot_*_q8_K_generic; its 8-lane float split is only for vectorisers). */
 
-static int dot_i8(const int8_t *a, const int8_t *b, int n) {
-    int s = 0;
-    for (int j = 0; j < n; j++) s += a[j] * b[j];
-    return s;
-}
-
 static float q2_K_vec_dot(size_t n, const void *w, const void *a) {
     const uint8_t *pw = w, *pa = a;
     float sumf = 0.0f;
@@ -634,7 +628,7 @@ static float q2_K_vec_dot(size_t n, const void *w, const void *a) {
         unpack_q2_K(&bw, q);
         int isum = 0, summ = 0;
         for (int s = 0; s < 16; ++s) {
-            isum += (bw.scales[s] & 0xF) * dot_i8(q + 16 * s, ba.qs + 16 * s, 16);
+            isum += (bw.scales[s] & 0xF) * el_dot_i8(q + 16 * s, ba.qs + 16 * s, 16);
             summ += ba.bsums[s] * (bw.scales[s] >> 4);
         }
         const float dall = ba.d * el_fp16_to_fp32(bw.d), dmin = ba.d * el_fp16_to_fp32(bw.dmin);
@@ -655,7 +649,7 @@ static float q3_K_vec_dot(size_t n, const void *w, const void *a) {
         memcpy(&ba, pa + i * sizeof ba, sizeof ba);
         unpack_q3_K(&bw, q, sc);
         int isum = 0;
-        for (int s = 0; s < 16; ++s) isum += sc[s] * dot_i8(q + 16 * s, ba.qs + 16 * s, 16);
+        for (int s = 0; s < 16; ++s) isum += sc[s] * el_dot_i8(q + 16 * s, ba.qs + 16 * s, 16);
         sumf += (el_fp16_to_fp32(bw.d) * ba.d) * (float)isum;
     }
     return sumf;
@@ -674,7 +668,7 @@ static float q3_K_vec_dot(size_t n, const void *w, const void *a) {
             memcpy(&ba, pa + i * sizeof ba, sizeof ba);                                \
             UNPACK(&bw, q, sc, mn);                                                    \
             int isum = 0, summ = 0;                                                    \
-            for (int s = 0; s < 8; ++s) isum += sc[s] * dot_i8(q + 32 * s, ba.qs + 32 * s, 32); \
+            for (int s = 0; s < 8; ++s) isum += sc[s] * el_dot_i8(q + 32 * s, ba.qs + 32 * s, 32); \
             for (int j = 0; j < 16; ++j) summ += ba.bsums[j] * mn[j / 2];              \
             const float d = el_fp16_to_fp32(bw.d) * ba.d;                              \
             const float dmin = el_fp16_to_fp32(bw.dmin) * ba.d;                        \
@@ -697,7 +691,7 @@ static float q6_K_vec_dot(size_t n, const void *w, const void *a) {
         memcpy(&ba, pa + i * sizeof ba, sizeof ba);
         el_unpack_q6_K(&bw, q);
         int isum = 0;
-        for (int s = 0; s < 16; ++s) isum += bw.scales[s] * dot_i8(q + 16 * s, ba.qs + 16 * s, 16);
+        for (int s = 0; s < 16; ++s) isum += bw.scales[s] * el_dot_i8(q + 16 * s, ba.qs + 16 * s, 16);
         sumf += (el_fp16_to_fp32(bw.d) * ba.d) * (float)isum;
     }
     return sumf;

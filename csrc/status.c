@@ -10,6 +10,7 @@ const char *el_status_str(int status) {
     case EL_EUNSUPPORTED: return "not supported";
     case EL_ETHREAD: return "thread creation failed";
     case EL_ECTX: return "context full or position out of range";
+    case EL_EBUSY: return "the pool is already in use by this thread";
     default: return "unknown status";
     }
 }

@@ -1,12 +1,18 @@
 """A loaded model ready to generate: GGUF file + wiring + engine + tokenizer, and the token
 sequence held in the KV cache (so a new prompt only evaluates what differs from the cached one).
+
+Threads: an LLM serves one caller at a time. A call made while another is in progress (on another
+thread, or while a generate() has neither finished nor been closed) raises LLMBusy at once instead
+of waiting; close() is always allowed (the other caller's next step then raises ValueError).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
@@ -32,6 +38,46 @@ DEFAULT_CTX = 4096
 
 class ContextFull(ValueError):
     """The tokens to evaluate do not fit the context window."""
+
+
+class LLMBusy(RuntimeError):
+    """Another caller is using this LLM."""
+
+
+class _Turn:
+    """Whose turn it is to use an LLM. A call takes the turn or fails at once with LLMBusy: it never
+    waits, because generate holds the turn from its first step until it finishes or is closed, and
+    the thread that would wait may be the one that has to advance (or close) that generator. Code run
+    by the holder itself (a method calling another, generate's on_prompt callback) goes through."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # released by whichever thread ends the holder (a generator's close)
+        self._inside: int | None = None  # the thread running the holder's code; None while it is suspended
+
+    @contextmanager
+    def take(self, what: str) -> Iterator[None]:
+        me = threading.get_ident()
+        if self._inside == me:
+            yield
+            return
+        if not self._lock.acquire(blocking=False):
+            raise LLMBusy(f"{what}: this LLM is in use by another caller (a call on another thread, or a "
+                          f"generate() that has not finished or been closed); an LLM serves one caller at a time")
+        self._inside = me
+        try:
+            yield
+        finally:
+            self._inside = None
+            self._lock.release()
+
+    def suspend(self, event: Event) -> Iterator[Event]:
+        """Yields event from the holding generator: while it waits for its consumer nobody is inside,
+        and whichever thread resumes it is inside again."""
+        self._inside = None
+        try:
+            yield event
+        finally:
+            self._inside = threading.get_ident()
 
 
 @dataclass
@@ -112,6 +158,7 @@ class LLM(CompletionAPI):
         except BaseException:
             self.file.close()
             raise
+        self._turn = _Turn()
         self.kv_type = kv_type
         self.n_shifts = 0
         self.n_prompt_evaluated = 0
@@ -142,23 +189,25 @@ class LLM(CompletionAPI):
         self.close()
 
     def reset(self) -> None:
-        self.tokens = []
-        self.engine.truncate(0)
+        with self._turn.take("reset"):
+            self.tokens = []
+            self.engine.truncate(0)
 
     def make_room(self, n_new: int) -> None:
         """Context shift (streaming): when n_new more tokens do not fit, keep the first n_keep and drop
         the oldest of the rest (half of them, as llama.cpp does, so shifts stay rare)."""
-        n_past = len(self.tokens)
-        if n_past + n_new <= self.n_ctx:
-            return
-        if not self.context_shift:
-            raise ContextFull(f"{n_past + n_new} tokens do not fit the context of {self.n_ctx} (-c)")
-        n_discard = max((n_past - self.n_keep) // 2, n_past + n_new - self.n_ctx)
-        if n_new > self.n_ctx - self.n_keep or self.n_keep + n_discard > n_past:
-            raise ContextFull(f"{n_new} new tokens do not fit the context of {self.n_ctx} with --keep {self.n_keep}")
-        self.engine.shift(self.n_keep, n_discard)
-        del self.tokens[self.n_keep:self.n_keep + n_discard]
-        self.n_shifts += 1
+        with self._turn.take("make_room"):
+            n_past = len(self.tokens)
+            if n_past + n_new <= self.n_ctx:
+                return
+            if not self.context_shift:
+                raise ContextFull(f"{n_past + n_new} tokens do not fit the context of {self.n_ctx} (-c)")
+            n_discard = max((n_past - self.n_keep) // 2, n_past + n_new - self.n_ctx)
+            if n_new > self.n_ctx - self.n_keep or self.n_keep + n_discard > n_past:
+                raise ContextFull(f"{n_new} new tokens do not fit the context of {self.n_ctx} with --keep {self.n_keep}")
+            self.engine.shift(self.n_keep, n_discard)
+            del self.tokens[self.n_keep:self.n_keep + n_discard]
+            self.n_shifts += 1
 
     def eval(self, tokens: list[int], all_logits: bool = False) -> npt.NDArray[np.float32]:
         """Appends tokens to the cached sequence (shifting the context when full, if enabled); logits
@@ -167,13 +216,14 @@ class LLM(CompletionAPI):
             raise ValueError("nothing to evaluate")
         outs = []
         logits: npt.NDArray[np.float32] = np.empty(0, dtype=np.float32)
-        for i in range(0, len(tokens), self.n_batch):
-            chunk = tokens[i:i + self.n_batch]
-            self.make_room(len(chunk))
-            logits = self.engine.eval(chunk, len(self.tokens), all_logits)
-            self.tokens.extend(chunk)
-            if all_logits:
-                outs.append(logits.copy())
+        with self._turn.take("eval"):
+            for i in range(0, len(tokens), self.n_batch):
+                chunk = tokens[i:i + self.n_batch]
+                self.make_room(len(chunk))
+                logits = self.engine.eval(chunk, len(self.tokens), all_logits)
+                self.tokens.extend(chunk)
+                if all_logits:
+                    outs.append(logits)
         return np.concatenate(outs) if all_logits else logits
 
     def prefill(self, prompt: list[int]) -> npt.NDArray[np.float32]:
@@ -182,57 +232,61 @@ class LLM(CompletionAPI):
             raise ValueError("empty prompt")
         if len(prompt) > self.n_ctx:
             raise ContextFull(f"the prompt has {len(prompt)} tokens, more than the context of {self.n_ctx} (-c)")
-        common = 0
-        for a, b in zip(self.tokens, prompt):
-            if a != b:
-                break
-            common += 1
-        common = min(common, len(prompt) - 1)  # evaluate at least one token to get logits
-        try:
-            self.engine.truncate(common)
-            self.tokens = self.tokens[:common]
-        except KernelError:  # a windowed layer's ring no longer holds that far back: start over
-            self.reset()
-        self.n_prompt_evaluated = len(prompt) - len(self.tokens)
-        return self.eval(prompt[len(self.tokens):])
+        with self._turn.take("prefill"):
+            common = 0
+            for a, b in zip(self.tokens, prompt):
+                if a != b:
+                    break
+                common += 1
+            common = min(common, len(prompt) - 1)  # evaluate at least one token to get logits
+            try:
+                self.engine.truncate(common)
+                self.tokens = self.tokens[:common]
+            except KernelError:  # a windowed layer's ring no longer holds that far back: start over
+                self.reset()
+            self.n_prompt_evaluated = len(prompt) - len(self.tokens)
+            return self.eval(prompt[len(self.tokens):])
 
     def generate(self, prompt: list[int], sampler: Sampler, n_predict: int = -1,
                  stop_ids: set[int] | None = None, should_stop: Callable[[], bool] | None = None,
                  on_prompt: Callable[[], None] | None = None) -> Generator[Event, None, None]:
-        """Yields a token event per generated token (text is complete UTF-8 only), then one done event."""
-        tm = Timings(load_ms=self.load_ms)
-        stops = set(stop_ids if stop_ids is not None else self.tokenizer.eot_ids)
-        t0 = time.perf_counter()
-        logits = self.prefill(prompt)
-        tm.prompt_tokens = self.n_prompt_evaluated  # what the cache did not already hold
-        tm.prompt_ms = (time.perf_counter() - t0) * 1000.0
-        if on_prompt is not None:
-            on_prompt()  # e.g. save the prompt cache: the KV cache holds exactly the prompt now
-        for t in prompt:
-            sampler.accept(t)
-        dec = StreamDecoder(self.tokenizer)
-        reason = "length"
-        t1 = time.perf_counter()
-        n = 0
-        while n_predict < 0 or n < n_predict:
-            if should_stop is not None and should_stop():
-                reason = "cancelled"
-                break
-            tok = sampler.sample(logits)
-            sampler.accept(tok)
-            n += 1
-            if tok in stops:
-                reason = "stop"
-                break
-            yield Event("token", tok, dec.push(tok))
-            if len(self.tokens) >= self.n_ctx and not self.context_shift:
-                reason = "context"
-                break
-            logits = self.eval([tok])
-        tm.gen_tokens = n
-        tm.gen_ms = (time.perf_counter() - t1) * 1000.0
-        tail = dec.flush()
-        yield Event("done", text=tail, stop_reason=reason, timings=tm)
+        """Yields a token event per generated token (text is complete UTF-8 only), then one done event.
+        Holds the LLM (other calls raise LLMBusy) from the first step until the done event has been
+        taken or the generator is closed."""
+        with self._turn.take("generate"):
+            tm = Timings(load_ms=self.load_ms)
+            stops = set(stop_ids if stop_ids is not None else self.tokenizer.eot_ids)
+            t0 = time.perf_counter()
+            logits = self.prefill(prompt)
+            tm.prompt_tokens = self.n_prompt_evaluated  # what the cache did not already hold
+            tm.prompt_ms = (time.perf_counter() - t0) * 1000.0
+            if on_prompt is not None:
+                on_prompt()  # e.g. save the prompt cache: the KV cache holds exactly the prompt now
+            for t in prompt:
+                sampler.accept(t)
+            dec = StreamDecoder(self.tokenizer)
+            reason = "length"
+            t1 = time.perf_counter()
+            n = 0
+            while n_predict < 0 or n < n_predict:
+                if should_stop is not None and should_stop():
+                    reason = "cancelled"
+                    break
+                tok = sampler.sample(logits)
+                sampler.accept(tok)
+                n += 1
+                if tok in stops:
+                    reason = "stop"
+                    break
+                yield from self._turn.suspend(Event("token", tok, dec.push(tok)))
+                if len(self.tokens) >= self.n_ctx and not self.context_shift:
+                    reason = "context"
+                    break
+                logits = self.eval([tok])
+            tm.gen_tokens = n
+            tm.gen_ms = (time.perf_counter() - t1) * 1000.0
+            tail = dec.flush()
+            yield from self._turn.suspend(Event("done", text=tail, stop_reason=reason, timings=tm))
 
     # ---- session save / restore (prompt cache) ----
     def _session_header(self) -> dict[str, object]:
@@ -241,18 +295,20 @@ class LLM(CompletionAPI):
 
     def save_session(self, path: str | Path) -> None:
         """Writes the KV cache and the tokens it holds."""
-        header = dict(self._session_header(), tokens=list(self.tokens))
-        session.save(Path(path), header, self.engine.state())
+        with self._turn.take("save_session"):
+            header = dict(self._session_header(), tokens=list(self.tokens))
+            session.save(Path(path), header, self.engine.state())
 
     def load_session(self, path: str | Path) -> list[int]:
         """Restores a saved KV cache; returns the tokens it holds. Raises session.SessionError."""
-        tokens, blob = session.load(Path(path), self._session_header())
-        if len(tokens) > self.n_ctx or any(not 0 <= t < self.n_vocab for t in tokens):
-            raise session.SessionError(f"{path}: damaged session (tokens)")
-        try:
-            self.engine.load_state(blob)
-        except KernelError as exc:
-            self.reset()
-            raise session.SessionError(f"{path}: {exc}") from None
-        self.tokens = list(tokens)
-        return self.tokens
+        with self._turn.take("load_session"):
+            tokens, blob = session.load(Path(path), self._session_header())
+            if len(tokens) > self.n_ctx or any(not 0 <= t < self.n_vocab for t in tokens):
+                raise session.SessionError(f"{path}: damaged session (tokens)")
+            try:
+                self.engine.load_state(blob)
+            except KernelError as exc:
+                self.reset()
+                raise session.SessionError(f"{path}: {exc}") from None
+            self.tokens = list(tokens)
+            return self.tokens

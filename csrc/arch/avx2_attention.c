@@ -119,28 +119,11 @@ EL_AVX2 EL_FORCE_INLINE void pv_heads(size_t hd, size_t g, const float *p, const
         }
 }
 
-/* Keys in blocks of PV_KEYS: a block's value rows (2 KB at head_dim 256) are read once from memory,
- * front to back, and stay in L1 while the column slices pass over them; o stays in L1 too. Every
- * output still sums its keys in ascending order. 4 measured best from memory (1 thread, 2048 keys
- * not in L3: 4 keys ~290 us, 8 ~320, 16 ~410, 32 ~490). */
+/* Keys in blocks of PV_KEYS (head_block.h's driver): a block's value rows are 2 KB at head_dim 256.
+ * 4 measured best from memory (1 thread, 2048 keys not in L3: 4 keys ~290 us, 8 ~320, 16 ~410,
+ * 32 ~490). */
 #define PV_KEYS 4
-
-EL_AVX2 static void attn_pv_f16_avx2(size_t hd, size_t g, const float *p, const void *v, size_t stride,
-                                     const int32_t *idx, size_t n, float *o) {
-    for (size_t j0 = 0; j0 < n; j0 += PV_KEYS) {
-        const size_t nb = n - j0 < PV_KEYS ? n - j0 : PV_KEYS;
-        const float *pj = p + j0 * g;
-        for (size_t a = j0 + PV_KEYS; a < j0 + 2 * PV_KEYS && a < n; a++) /* the next block */
-            prefetch_row((const char *)v + (size_t)idx[a] * stride, hd * 2);
-        for (size_t h = 0; h < g; h += 4) {
-            const float *ph = pj + h;
-            float *oh = o + h * hd;
-#define PV_HEADS(GB) pv_heads(hd, g, ph, v, stride, idx + j0, nb, oh, GB)
-            HEAD_BLOCK(g - h, PV_HEADS)
-#undef PV_HEADS
-        }
-    }
-}
+EL_AVX2 ATTN_PV_KEY_BLOCKS(attn_pv_f16_avx2, PV_KEYS)
 
 EL_AVX2 static void round_f16_avx2(size_t n, const float *x, float *y) {
     size_t i = 0;

@@ -105,27 +105,9 @@ EL_INLINE void pv_heads(size_t hd, size_t g, const float *p, const char *v, size
         }
 }
 
-/* Keys in blocks of PV_KEYS: a block's value rows (8 KB at head_dim 256) are read once from memory,
- * front to back, and stay in L1 while the column slices pass over them; o stays in L1 too. Every
- * output still sums its keys in ascending order. */
+/* Keys in blocks of PV_KEYS (head_block.h's driver): a block's value rows are 8 KB at head_dim 256. */
 #define PV_KEYS 16
-
-static void attn_pv_f16_neon(size_t hd, size_t g, const float *p, const void *v, size_t stride,
-                                     const int32_t *idx, size_t n, float *o) {
-    for (size_t j0 = 0; j0 < n; j0 += PV_KEYS) {
-        const size_t nb = n - j0 < PV_KEYS ? n - j0 : PV_KEYS;
-        const float *pj = p + j0 * g;
-        for (size_t a = j0 + PV_KEYS; a < j0 + 2 * PV_KEYS && a < n; a++) /* the next block */
-            prefetch_row((const char *)v + (size_t)idx[a] * stride, hd * 2);
-        for (size_t h = 0; h < g; h += 4) {
-            const float *ph = pj + h;
-            float *oh = o + h * hd;
-#define PV_HEADS(GB) pv_heads(hd, g, ph, v, stride, idx + j0, nb, oh, GB)
-            HEAD_BLOCK(g - h, PV_HEADS)
-#undef PV_HEADS
-        }
-    }
-}
+ATTN_PV_KEY_BLOCKS(attn_pv_f16_neon, PV_KEYS)
 
 /* FPCR's default rounding (nearest even) applies to the narrowing conversion */
 static void round_f16_neon(size_t n, const float *x, float *y) {

@@ -29,6 +29,7 @@
 #endif
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -1305,6 +1306,317 @@ static void test_llamacpp_order(rng_t *r) {
     use_isa(g_auto_isa);
 }
 
+/* ------------------------------------------------------------------ threads */
+
+/* el_isa_set while another thread reads the table: every table a reader sees is one ISA's complete
+ * table, byte for byte (the table used to be cleared and refilled in place) */
+typedef struct { const char *isa[2]; int stop; long switches; } isa_flip;
+
+static void *flip_isas(void *p) {
+    isa_flip *f = p;
+    while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) {
+        if (el_isa_set(f->isa[f->switches & 1]) != EL_OK) break;
+        __atomic_fetch_add(&f->switches, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+static void test_isa_switch_while_reading(void) {
+    if (g_n_isas < 2) {
+        printf("  (one ISA only: no switch to race)\n");
+        return;
+    }
+    isa_flip f = {{"scalar", g_isas[g_n_isas - 1]}, 0, 0};
+    static el_kernels ref[2], seen;
+    for (int i = 0; i < 2; i++) {
+        use_isa(f.isa[i]);
+        memcpy(&ref[i], el_kern(), sizeof ref[i]);
+    }
+    pthread_t th;
+    if (pthread_create(&th, NULL, flip_isas, &f) != 0) {
+        check(0, "pthread_create");
+        return;
+    }
+    long torn = 0, reads = 0;
+    for (; reads < 2000000 && __atomic_load_n(&f.switches, __ATOMIC_RELAXED) < 2000; reads++) {
+        memcpy(&seen, el_kern(), sizeof seen);
+        const int which = seen.name && strcmp(seen.name, f.isa[1]) == 0;
+        torn += memcmp(&seen, &ref[which], sizeof seen) != 0;
+    }
+    __atomic_store_n(&f.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    check(torn == 0 && f.switches > 0, "el_isa_set %s <-> %s: %ld of %ld table reads torn (%ld switches)",
+          f.isa[0], f.isa[1], torn, reads, f.switches);
+    use_isa(g_auto_isa);
+}
+
+/* A tiny llama-style model from the PRNG (Q8_0 matrices, F32 norms; layer 1 windowed), for the
+ * model-level thread guarantees; n_ctx TINY_CTX, batches of TINY_BATCH. */
+#define TINY_CTX 32
+#define TINY_BATCH 8
+#define TINY_VOCAB 40
+typedef struct {
+    el_model_desc d;
+    el_layer L[2];
+    void *bufs[40];
+    int n_bufs;
+} tiny_model;
+
+static void tiny_tensor(rng_t *r, tiny_model *t, el_tensor *dst, int type, int64_t ne0, int64_t ne1, float scale,
+                        float offset) {
+    const size_t n = (size_t)ne0 * (size_t)ne1, bytes = el_row_bytes(type, (size_t)ne0) * (size_t)ne1;
+    float *x = xmalloc(n * sizeof(float));
+    rng_floats(r, x, n, scale);
+    for (size_t i = 0; i < n; i++) x[i] += offset;
+    void *data = x;
+    if (type != EL_TYPE_F32) {
+        data = xmalloc(bytes);
+        el_quantize(type, x, n, data, bytes);
+        free(x);
+    }
+    t->bufs[t->n_bufs++] = data;
+    *dst = (el_tensor){data, bytes, type, ne0, ne1};
+}
+
+static void tiny_make(rng_t *r, tiny_model *t) {
+    memset(t, 0, sizeof *t);
+    el_model_desc *d = &t->d;
+    d->arch = EL_ARCH_LLAMA, d->act = EL_ACT_SILU, d->rope_neox = 0;
+    d->n_layer = 2, d->n_embd = 64, d->n_head = 4, d->n_head_kv = 2, d->head_dim = 16, d->n_rot = 16;
+    d->n_ff = 128, d->n_vocab = TINY_VOCAB, d->norm_eps = 1e-5f, d->emb_scale = 1.0f, d->attn_scale = 0.25f;
+    const int q = EL_TYPE_Q8_0, f = EL_TYPE_F32;
+    tiny_tensor(r, t, &d->tok_embd, q, 64, TINY_VOCAB, 1.0f, 0.0f);
+    tiny_tensor(r, t, &d->output_norm, f, 64, 1, 0.2f, 1.0f);
+    for (int il = 0; il < 2; il++) {
+        el_layer *L = &t->L[il];
+        tiny_tensor(r, t, &L->attn_norm, f, 64, 1, 0.2f, 1.0f);
+        tiny_tensor(r, t, &L->wq, q, 64, 64, 0.2f, 0.0f);
+        tiny_tensor(r, t, &L->wk, q, 64, 32, 0.2f, 0.0f);
+        tiny_tensor(r, t, &L->wv, q, 64, 32, 0.2f, 0.0f);
+        tiny_tensor(r, t, &L->wo, q, 64, 64, 0.2f, 0.0f);
+        tiny_tensor(r, t, &L->ffn_norm, f, 64, 1, 0.2f, 1.0f);
+        tiny_tensor(r, t, &L->w_gate, q, 64, 128, 0.2f, 0.0f);
+        tiny_tensor(r, t, &L->w_up, q, 64, 128, 0.2f, 0.0f);
+        tiny_tensor(r, t, &L->w_down, q, 128, 64, 0.2f, 0.0f);
+        L->rope_base = 10000.0f, L->rope_scale = 1.0f, L->window = il == 1 ? 8 : 0;
+    }
+    d->layers = t->L;
+}
+
+static void tiny_free(tiny_model *t) {
+    for (int i = 0; i < t->n_bufs; i++) free(t->bufs[i]);
+}
+
+/* one thread's work on a model: `rounds` times, rewind to 0 and evaluate the sequence (token by
+ * token, or as one batch with every token's logits), comparing the logits with `want` bit for bit */
+typedef struct {
+    el_model *m;
+    const int32_t *tokens;
+    size_t n;
+    int batch, rounds;
+    const float *want;
+    int wrong, ectx, other;
+} eval_job;
+
+static void eval_once(eval_job *j, float *out) {
+    int st = el_model_truncate(j->m, 0);
+    if (st == EL_OK && j->batch) st = el_model_eval(j->m, j->tokens, j->n, 0, out, 1);
+    for (size_t i = 0; st == EL_OK && !j->batch && i < j->n; i++)
+        st = el_model_eval(j->m, j->tokens + i, 1, (int32_t)i, out + i * TINY_VOCAB, 0);
+    if (st == EL_ECTX) j->ectx++; /* another thread moved the shared cache between the two calls */
+    else if (st != EL_OK) j->other++;
+    else if (j->want && memcmp(out, j->want, j->n * TINY_VOCAB * sizeof(float)) != 0) j->wrong++;
+}
+
+static void *eval_rounds(void *p) {
+    eval_job *j = p;
+    float *out = xmalloc(j->n * TINY_VOCAB * sizeof(float));
+    for (int k = 0; k < j->rounds; k++) eval_once(j, out);
+    free(out);
+    return NULL;
+}
+
+/* two threads at once: results as when alone (each call runs whole), never a mix */
+static void run_pair(eval_job *a, eval_job *b) {
+    pthread_t th;
+    if (pthread_create(&th, NULL, eval_rounds, b) != 0) {
+        check(0, "pthread_create");
+        return;
+    }
+    eval_rounds(a);
+    pthread_join(th, NULL);
+}
+
+static void test_model_threads(rng_t *r) {
+    tiny_model t;
+    tiny_make(r, &t);
+    int32_t tokens[TINY_BATCH];
+    for (int i = 0; i < TINY_BATCH; i++) tokens[i] = (int32_t)rng_below(r, TINY_VOCAB);
+    el_pool *pool;
+    if (el_pool_create(3, &pool) != EL_OK) {
+        check(0, "el_pool_create(3)");
+        tiny_free(&t);
+        return;
+    }
+    el_model *ma = NULL, *mb = NULL;
+    int st = el_model_create(&t.d, pool, TINY_CTX, TINY_BATCH, EL_TYPE_F16, &ma);
+    if (st == EL_OK) st = el_model_create(&t.d, pool, TINY_CTX, TINY_BATCH, EL_TYPE_F16, &mb);
+    check(st == EL_OK, "el_model_create of the tiny model -> %d", st);
+    if (st == EL_OK) {
+        float *step = xmalloc(TINY_BATCH * TINY_VOCAB * sizeof(float)), *all = xmalloc(TINY_BATCH * TINY_VOCAB * sizeof(float));
+        eval_job ref = {ma, tokens, TINY_BATCH, 0, 1, NULL, 0, 0, 0};
+        eval_once(&ref, step);
+        ref.batch = 1;
+        eval_once(&ref, all);
+        check(ref.other == 0 && memcmp(step, all, sizeof(float) * TINY_BATCH * TINY_VOCAB) == 0,
+              "tiny model: a batch gives the logits of token-by-token evaluation");
+        /* two models on one pool, one thread each (a pool's task fields are shared by its models) */
+        eval_job a = {ma, tokens, TINY_BATCH, 0, 40, step, 0, 0, 0}, b = {mb, tokens, TINY_BATCH, 1, 40, all, 0, 0, 0};
+        run_pair(&a, &b);
+        check(a.wrong + b.wrong + a.ectx + b.ectx + a.other + b.other == 0,
+              "two models on one pool from two threads: %d + %d rounds wrong, %d + %d errors", a.wrong, b.wrong,
+              a.ectx + a.other, b.ectx + b.other);
+        /* two threads on one model: each call runs whole; between truncate and eval the other
+         * thread may move the cache (then EL_ECTX), but logits are right or the call refused */
+        eval_job c = {ma, tokens, TINY_BATCH, 1, 40, all, 0, 0, 0}, e = {ma, tokens, TINY_BATCH, 1, 40, all, 0, 0, 0};
+        run_pair(&c, &e);
+        check(c.wrong + e.wrong + c.other + e.other == 0 && c.ectx + e.ectx < 80,
+              "two threads on one model: %d + %d rounds wrong, %d + %d other errors (%d + %d EL_ECTX)", c.wrong,
+              e.wrong, c.other, e.other, c.ectx, e.ectx);
+        /* a public call from inside a call on the same pool is refused, not a deadlock */
+        check(el_pool_enter(pool) == EL_OK, "el_pool_enter");
+        float y[4];
+        const float x[32] = {1.0f};
+        const int sm = el_matmul(pool, EL_TYPE_F32, x, sizeof x, 1, 32, x, 1, y);
+        const int se = el_model_eval(ma, tokens, 1, 0, y, 0);
+        el_pool_leave(pool);
+        check(sm == EL_EBUSY && se == EL_EBUSY, "a call nested in a call on the same pool: %d, %d (want EL_EBUSY)", sm, se);
+        free(step);
+        free(all);
+    }
+    el_model_free(ma);
+    el_model_free(mb);
+    el_pool_free(pool);
+    tiny_free(&t);
+}
+
+/* el_pool_free while a model uses the pool: the pool lives on (its threads still work for the
+ * model) until the model is freed, which frees it (a leak checker would not see a pool left
+ * behind: its own threads still point to it; el_pool_live counts them) */
+static void test_pool_outlives_its_owner(rng_t *r) {
+    tiny_model t;
+    tiny_make(r, &t);
+    const int32_t tokens[3] = {1, 2, 3};
+    float want[TINY_VOCAB], got[TINY_VOCAB];
+    el_pool *pool;
+    el_model *m = NULL;
+    const int live0 = el_pool_live();
+    if (el_pool_create(2, &pool) != EL_OK) {
+        check(0, "el_pool_create(2)");
+        tiny_free(&t);
+        return;
+    }
+    check(el_pool_users(pool) == 0, "a new pool has no users");
+    int st = el_model_create(&t.d, pool, TINY_CTX, TINY_BATCH, EL_TYPE_F16, &m);
+    check(st == EL_OK && el_pool_users(pool) == 1, "el_model_create -> %d, pool users %d", st, el_pool_users(pool));
+    if (st == EL_OK) {
+        st = el_model_eval(m, tokens, 3, 0, want, 0);
+        el_pool_free(pool); /* the owner lets go: deferred while m uses it */
+        const int live_after_free = el_pool_live();
+        if (st == EL_OK) st = el_model_truncate(m, 0);
+        if (st == EL_OK) st = el_model_eval(m, tokens, 3, 0, got, 0);
+        check(st == EL_OK && memcmp(want, got, sizeof want) == 0 && live_after_free == live0 + 1,
+              "a model after its pool's el_pool_free: %d (pools live %d, want %d)", st, live_after_free, live0 + 1);
+        el_model_free(m); /* frees the pool too */
+    } else {
+        el_pool_free(pool);
+    }
+    check(el_pool_live() == live0, "the last model's el_model_free frees the pool: %d pools live, want %d",
+          el_pool_live(), live0);
+    tiny_free(&t);
+}
+
+/* el_model_eval continues the cached sequence: pos0 is el_model_n_past, through truncate and shift */
+static void test_eval_continues_the_cache(rng_t *r) {
+    tiny_model t;
+    tiny_make(r, &t);
+    const int32_t tokens[4] = {5, 6, 7, 8};
+    float y[TINY_VOCAB];
+    el_model *m = NULL;
+    const int st = el_model_create(&t.d, pool_of(2), TINY_CTX, TINY_BATCH, EL_TYPE_F16, &m);
+    check(st == EL_OK, "el_model_create -> %d", st);
+    if (st == EL_OK) {
+        const int fresh_at_1 = el_model_eval(m, tokens, 1, 1, y, 0); /* a hole before it */
+        const int at_0 = el_model_eval(m, tokens, 3, 0, y, 0);
+        const int n3 = el_model_n_past(m);
+        const int again_0 = el_model_eval(m, tokens, 1, 0, y, 0);        /* overwrite */
+        const int back_2 = el_model_eval(m, tokens, 1, 2, y, 0);         /* overlap */
+        const int ahead_4 = el_model_eval(m, tokens, 1, 4, y, 0);        /* a hole */
+        const int at_3 = el_model_eval(m, tokens + 3, 1, 3, y, 0);
+        const int tr = el_model_truncate(m, 2);
+        const int n2 = el_model_n_past(m), at_2 = el_model_eval(m, tokens, 1, 2, y, 0);
+        const int sh = el_model_shift(m, 1, 2); /* 3 positions -> 1 */
+        const int n1 = el_model_n_past(m), at_1 = el_model_eval(m, tokens, 1, 1, y, 0);
+        check(fresh_at_1 == EL_ECTX && at_0 == EL_OK && n3 == 3 && again_0 == EL_ECTX && back_2 == EL_ECTX &&
+                  ahead_4 == EL_ECTX && at_3 == EL_OK && tr == EL_OK && n2 == 2 && at_2 == EL_OK && sh == EL_OK &&
+                  n1 == 1 && at_1 == EL_OK && el_model_n_past(m) == 2,
+              "eval positions vs the cache: %d %d n=%d %d %d %d %d | %d n=%d %d | %d n=%d %d", fresh_at_1, at_0, n3,
+              again_0, back_2, ahead_4, at_3, tr, n2, at_2, sh, n1, at_1);
+    }
+    el_model_free(m);
+    tiny_free(&t);
+}
+
+/* el_matmul from two threads on one pool: each result as computed alone */
+typedef struct { el_pool *pool; const mm_case *c; const float *want; int rounds, wrong; } mm_job;
+
+static void *mm_rounds(void *p) {
+    mm_job *j = p;
+    float *y = xmalloc(j->c->rows * j->c->n_vec * sizeof(float));
+    const size_t wb = j->c->rows * el_row_bytes(EL_TYPE_Q4_K, j->c->cols);
+    for (int k = 0; k < j->rounds; k++) {
+        const int st = el_matmul(j->pool, EL_TYPE_Q4_K, j->c->w, wb, j->c->rows, j->c->cols, j->c->x, j->c->n_vec, y);
+        j->wrong += st != EL_OK || memcmp(y, j->want, j->c->rows * j->c->n_vec * sizeof(float)) != 0;
+    }
+    free(y);
+    return NULL;
+}
+
+static void test_matmul_threads(rng_t *r) {
+    mm_case c[2];
+    mm_case_make(r, EL_TYPE_Q4_K, 96, 512, 3, &c[0]);
+    mm_case_make(r, EL_TYPE_Q4_K, 64, 768, 2, &c[1]);
+    el_pool *pool = pool_of(3);
+    float *want[2];
+    for (int i = 0; i < 2; i++) {
+        want[i] = xmalloc(c[i].rows * c[i].n_vec * sizeof(float));
+        el_matmul(pool, EL_TYPE_Q4_K, c[i].w, c[i].rows * el_row_bytes(EL_TYPE_Q4_K, c[i].cols), c[i].rows, c[i].cols,
+                  c[i].x, c[i].n_vec, want[i]);
+    }
+    mm_job a = {pool, &c[0], want[0], 300, 0}, b = {pool, &c[1], want[1], 300, 0};
+    pthread_t th;
+    if (pthread_create(&th, NULL, mm_rounds, &b) != 0) {
+        check(0, "pthread_create");
+    } else {
+        mm_rounds(&a);
+        pthread_join(th, NULL);
+        check(a.wrong + b.wrong == 0, "el_matmul from two threads on one pool: %d + %d of 300 rounds wrong", a.wrong,
+              b.wrong);
+    }
+    for (int i = 0; i < 2; i++) {
+        free(want[i]);
+        mm_case_free(&c[i]);
+    }
+}
+
+static void test_threads(rng_t *r) {
+    test_isa_switch_while_reading();
+    test_matmul_threads(r);
+    test_model_threads(r);
+    test_pool_outlives_its_owner(r);
+    test_eval_continues_the_cache(r);
+}
+
 int main(int argc, char **argv) {
     uint64_t seed = 20240607;
     const char *emit = NULL, *golden = NULL, *only = NULL;
@@ -1340,7 +1652,7 @@ int main(int argc, char **argv) {
                 {"quantize_act", test_quantize_act}, {"vec_dot", test_vec_dot},   {"float kernels", test_float_kernels},
                 {"dequant/quant", test_dequant_quant}, {"matmul", test_matmul},   {"ops", test_ops},
                 {"attention", test_attention}, {"vec_dot_nv", test_vec_dot_nv}, {"batch == single", test_matmul_batch},
-                {"pool", test_pool}, {"llama.cpp order", test_llamacpp_order},
+                {"pool", test_pool}, {"llama.cpp order", test_llamacpp_order}, {"model/threads", test_threads},
             };
             for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
                 const int f0 = g_fail, p0 = g_pass;

@@ -1,10 +1,16 @@
 """cffi wrapper around the C engine: the thread pool and the model (forward pass + KV cache).
 
 Owns C handles and the memory they point into; knows nothing about GGUF keys or tokens' meaning.
+
+Threads: an Engine may be called from several threads; its calls are serialized (a lock here, and
+the C library holds the pool for each call, so Engines sharing a Pool take turns too). Each call
+runs whole; a sequence of calls that must stay together (truncate, then eval) needs the caller's
+own lock, or LLM, which refuses a second caller.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -25,12 +31,14 @@ KV_TYPES = {"f32": 0, "f16": 1, "q8_0": 8}
 
 
 class Pool:
-    """A persistent pthread pool (n_threads including the caller)."""
+    """A persistent pthread pool (n_threads including the caller). Engines created on it keep it
+    alive; close() refuses while one of them is open."""
 
     def __init__(self, n_threads: int) -> None:
         out = ffi.new("el_pool **")
         check(lib.el_pool_create(int(n_threads), out), f"thread pool of {n_threads}")
         self._ptr: Any = out[0]
+        self._lock = threading.Lock()  # close vs an Engine being created on the pool
         self.n_threads = int(n_threads)
 
     @property
@@ -39,13 +47,29 @@ class Pool:
             raise ValueError("thread pool is closed")
         return self._ptr
 
+    @property
+    def users(self) -> int:
+        """Engines created on this pool and not closed (the C library's count)."""
+        with self._lock:
+            return int(lib.el_pool_users(self.ptr))
+
     def close(self) -> None:
-        if self._ptr is not None:
+        """Stops the threads; RuntimeError while an Engine created on this pool is open."""
+        with self._lock:
+            if self._ptr is None:
+                return
+            users = int(lib.el_pool_users(self._ptr))
+            if users:
+                raise RuntimeError(f"the thread pool is in use by {users} open engine(s): close them first")
             lib.el_pool_free(self._ptr)
             self._ptr = None
 
     def __del__(self) -> None:
-        self.close()
+        # Engines hold their pool, so this runs after theirs, unless both die in one garbage cycle
+        # (either order): the C library then frees the pool with its last model.
+        if getattr(self, "_ptr", None) is not None:
+            lib.el_pool_free(self._ptr)
+            self._ptr = None
 
 
 def _fill_tensor(dst: Any, t: TensorRef | None, keep: list[Any]) -> None:
@@ -131,19 +155,29 @@ class Engine:
         self.kv_type = kv_type
         d, keep = _c_desc(desc)
         out = ffi.new("el_model **")
-        status = lib.el_model_create(d, pool.ptr, self.n_ctx, self.n_batch, KV_TYPES[kv_type], out)
+        with pool._lock:  # not closed meanwhile; from here on the C model holds the pool
+            status = lib.el_model_create(d, pool.ptr, self.n_ctx, self.n_batch, KV_TYPES[kv_type], out)
         if status != 0:
             raise KernelError("creating the model (shapes, types or memory)", status)
         self._keep = keep  # cffi buffers: the C model points into these views of the file
         self._ptr: Any = out[0]
-        self._logits = np.empty(desc.n_vocab, dtype=np.float32)
+        self._lock = threading.Lock()  # a call in C, and close, never overlap another thread's
         self.numerics = "native"
         if numerics != "native":
             self.set_numerics(numerics)
 
+    @property
+    def _model(self) -> Any:
+        """The C model; call with self._lock held."""
+        if self._ptr is None:
+            raise ValueError("the engine is closed")
+        return self._ptr
+
     def set_numerics(self, numerics: str) -> None:
         """'native' (this CPU's fastest kernels) or 'llamacpp' (llama.cpp's float order, bit for bit)."""
-        status = lib.el_model_set_numerics(self._ptr, numerics_code(numerics))
+        code = numerics_code(numerics)
+        with self._lock:
+            status = lib.el_model_set_numerics(self._model, code)
         if status == lib.EL_EUNSUPPORTED:
             raise ValueError(f"numerics {numerics!r} needs an f16 KV cache and weights of types Q5_0, Q8_0, Q4_1, "
                              f"Q4_K (rows a multiple of 8) or Q6_K; this model or cache has others")
@@ -152,15 +186,18 @@ class Engine:
 
     @property
     def kv_bytes(self) -> int:
-        return int(lib.el_model_kv_bytes(self._ptr))
+        with self._lock:
+            return int(lib.el_model_kv_bytes(self._model))
 
     @property
     def scratch_bytes(self) -> int:
-        return int(lib.el_model_scratch_bytes(self._ptr))
+        with self._lock:
+            return int(lib.el_model_scratch_bytes(self._model))
 
     def eval(self, tokens: list[int] | npt.NDArray[np.int32], pos0: int, all_logits: bool = False
              ) -> npt.NDArray[np.float32]:
-        """Logits of the last token (a reused buffer: copy it to keep it), or of every token."""
+        """Logits of the last token (n_vocab floats), or of every token (n x n_vocab): a new array
+        per call, so threads never share one."""
         try:  # int64 first: an id beyond int32 must be refused, not wrapped (C checks the vocabulary)
             ids = np.asarray(tokens, dtype=np.int64)
         except OverflowError:
@@ -171,34 +208,56 @@ class Engine:
         if int(ids.min()) < INT32_MIN or int(ids.max()) > INT32_MAX:
             raise ValueError("a token id does not fit a 32-bit integer")
         toks = np.ascontiguousarray(ids.astype(np.int32))
-        out = np.empty((n, self.desc.n_vocab), dtype=np.float32) if all_logits else self._logits
-        status = lib.el_model_eval(self._ptr, ffi.from_buffer("int32_t[]", toks), n, int(pos0),
-                                   ffi.from_buffer("float[]", out), int(all_logits))
+        out = np.empty((n, self.desc.n_vocab) if all_logits else self.desc.n_vocab, dtype=np.float32)
+        with self._lock:
+            status = lib.el_model_eval(self._model, ffi.from_buffer("int32_t[]", toks), n, int(pos0),
+                                       ffi.from_buffer("float[]", out), int(all_logits))
+            n_past = int(lib.el_model_n_past(self._model)) if status == lib.EL_ECTX else 0
+        if status == lib.EL_ECTX and 0 <= pos0 != n_past:
+            raise KernelError(f"evaluating {n} tokens at position {pos0}: the KV cache holds {n_past} positions, "
+                              f"so the next batch must start at position {n_past}", status)
         check(status, f"evaluating {n} tokens at position {pos0}")
         return out
 
+    @property
+    def n_past(self) -> int:
+        """Positions the KV cache holds: where the next eval must start."""
+        with self._lock:
+            return int(lib.el_model_n_past(self._model))
+
     def truncate(self, pos: int) -> None:
-        check(lib.el_model_truncate(self._ptr, int(pos)), f"rewinding the KV cache to {pos}")
+        with self._lock:
+            status = lib.el_model_truncate(self._model, int(pos))
+        check(status, f"rewinding the KV cache to {pos}")
 
     def shift(self, n_keep: int, n_discard: int) -> None:
         """Drops cached positions [n_keep, n_keep + n_discard); later ones move down, keys re-rotated."""
-        check(lib.el_model_shift(self._ptr, int(n_keep), int(n_discard)),
-              f"shifting the KV cache (keep {n_keep}, discard {n_discard})")
+        with self._lock:
+            status = lib.el_model_shift(self._model, int(n_keep), int(n_discard))
+        check(status, f"shifting the KV cache (keep {n_keep}, discard {n_discard})")
 
     def state(self) -> bytes:
-        size = int(lib.el_model_state_size(self._ptr))
-        buf = bytearray(size)
-        check(lib.el_model_state_save(self._ptr, ffi.from_buffer(buf), size), "saving the KV cache")
+        with self._lock:  # the size and the blob of one cache state
+            size = int(lib.el_model_state_size(self._model))
+            buf = bytearray(size)
+            status = lib.el_model_state_save(self._model, ffi.from_buffer(buf), size)
+        check(status, "saving the KV cache")
         return bytes(buf)
 
     def load_state(self, blob: bytes) -> None:
-        check(lib.el_model_state_load(self._ptr, ffi.from_buffer(blob), len(blob)),
-              "restoring the KV cache (the session does not fit this model, context, batch or cache type)")
+        with self._lock:
+            status = lib.el_model_state_load(self._model, ffi.from_buffer(blob), len(blob))
+        check(status, "restoring the KV cache (the session does not fit this model, context, batch or cache type)")
 
     def close(self) -> None:
-        if getattr(self, "_ptr", None) is not None:
-            lib.el_model_free(self._ptr)
-            self._ptr = None
+        """Frees the model (after a call another thread is making returns); later calls raise ValueError."""
+        lock = getattr(self, "_lock", None)  # absent when __init__ failed before it
+        if lock is None:
+            return
+        with lock:
+            if self._ptr is not None:
+                lib.el_model_free(self._ptr)
+                self._ptr = None
 
     def __del__(self) -> None:
         self.close()
