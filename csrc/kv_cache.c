@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "checked.h"
 #include "model.h"
 #include "ops.h"
 #include "quants.h"
@@ -134,15 +135,17 @@ int el_model_shift(el_model *m, int32_t n_keep, int32_t n_discard) {
 #define EL_STATE_VERSION 1u
 #define EL_STATE_HDR 8
 
+/* a layer's used slots fit in its allocated cache, but the blob adds headers: checked (checked.h) */
 static size_t layer_bytes(const el_model *m, const kv_layer *c) {
-    return 4 * sizeof(int32_t) + (size_t)c->n_used * (sizeof(int32_t) + 2 * el_kv_slot_bytes(m));
+    return el_size_add(4 * sizeof(int32_t), el_size_mul((size_t)c->n_used, sizeof(int32_t) + 2 * el_kv_slot_bytes(m)));
 }
 
+/* 0 when the blob would not fit size_t (then save and load refuse every size) */
 size_t el_model_state_size(const el_model *m) {
     if (!m) return 0;
     size_t n = EL_STATE_HDR * sizeof(int32_t);
-    for (int32_t il = 0; il < m->d.n_layer; il++) n += layer_bytes(m, &m->kv[il]);
-    return n;
+    for (int32_t il = 0; il < m->d.n_layer; il++) n = el_size_add(n, layer_bytes(m, &m->kv[il]));
+    return el_size_ok(n) ? n : 0;
 }
 
 static void header(const el_model *m, int32_t h[EL_STATE_HDR]) {
@@ -157,7 +160,7 @@ static void header(const el_model *m, int32_t h[EL_STATE_HDR]) {
 }
 
 int el_model_state_save(const el_model *m, void *buf, size_t size) {
-    if (!m || !buf || size != el_model_state_size(m)) return EL_EINVAL;
+    if (!m || !buf || size == 0 || size != el_model_state_size(m)) return EL_EINVAL;
     char *p = buf;
     int32_t h[EL_STATE_HDR];
     header(m, h);
@@ -200,6 +203,7 @@ int el_model_state_load(el_model *m, const void *buf, size_t size) {
         if (meta[0] != c->n_slots || meta[1] != c->ring || meta[2] < 0 || meta[2] >= c->n_slots || meta[3] < 0 ||
             meta[3] > c->n_slots)
             return EL_EINVAL;
+        /* meta[3] <= n_slots: no more than the layer's allocated cache, so no wrap */
         const size_t need = (size_t)meta[3] * (sizeof(int32_t) + 2 * slot);
         if ((size_t)(end - q) < need) return EL_EINVAL;
         for (int32_t s = 0; s < meta[3]; s++) {

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "checked.h"
 #include "dispatch.h"
 #include "edgellama.h"
 #include "fp16.h"
@@ -278,7 +279,7 @@ int el_llx_type_supported(int wtype, size_t cols) {
 
 size_t el_llx_act_bytes(int wtype, size_t cols, size_t n_vec) {
     const int at = act_type(wtype);
-    return at < 0 ? 0 : el_row_bytes(at, cols) * n_vec;
+    return at < 0 ? 0 : el_size_mul(el_row_bytes(at, cols), n_vec); /* SIZE_MAX: does not fit */
 }
 
 typedef struct {
@@ -387,7 +388,8 @@ HOT void el_llx_swiglu(float *g, const float *u, size_t n) {
 }
 
 size_t el_llx_attn_scratch_floats(size_t n_cells, size_t head_dim, int n_threads) {
-    return (size_t)n_threads * (head_dim + n_cells + head_dim * 64);
+    /* SIZE_MAX (checked.h): does not fit size_t */
+    return el_size_mul((size_t)n_threads, el_size_add(el_size_add(head_dim, n_cells), el_size_mul(head_dim, 64)));
 }
 
 typedef struct {

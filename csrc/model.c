@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "checked.h"
 #include "llamacpp_exact.h"
 #include "matmul.h"
 #include "model.h"
@@ -74,22 +75,21 @@ static size_t max_act(const el_model_desc *d, int kind, size_t n_batch) {
     /* the largest activation block any matmul of this kind consumes */
     size_t best = 0;
     const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
-    if (el_act_kind(out->type) == kind) best = el_act_bytes(out->type, (size_t)out->ne0, n_batch);
+    if (el_act_kind(out->type) == kind) best = el_size_mul(el_act_bytes(out->type, (size_t)out->ne0, 1), n_batch);
     for (int32_t il = 0; il < d->n_layer; il++) {
         const el_tensor *ws[7];
         layer_matmuls(&d->layers[il], ws);
         for (int i = 0; i < 7; i++)
             if (el_act_kind(ws[i]->type) == kind) {
-                size_t b = el_act_bytes(ws[i]->type, (size_t)ws[i]->ne0, n_batch);
+                size_t b = el_size_mul(el_act_bytes(ws[i]->type, (size_t)ws[i]->ne0, 1), n_batch);
                 best = b > best ? b : best;
             }
     }
     return best;
 }
 
-static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
-
-/* The sizes behind el_model_plan and el_model_create: one computation, so the plan is the truth. */
+/* The sizes behind el_model_plan and el_model_create: one computation, so the plan is the truth.
+ * Saturating arithmetic (checked.h): a size that does not fit size_t comes out as SIZE_MAX. */
 static void scratch_sizes(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, int n_threads,
                           size_t sizes[EL_SCRATCH_BUFS + ACT_KINDS]) {
     const size_t E = (size_t)d->n_embd, HD = (size_t)d->head_dim, B = (size_t)n_batch;
@@ -100,20 +100,30 @@ static void scratch_sizes(const el_model_desc *d, int32_t n_ctx, int32_t n_batch
         max_slots = s > max_slots ? s : max_slots;
     }
     size_t i = 0;
-    sizes[i++] = B * E * 4;                     /* x */
-    sizes[i++] = B * E * 4;                     /* xn */
-    sizes[i++] = B * QD * 4;                    /* q */
-    sizes[i++] = B * KVD * 4;                   /* k */
-    sizes[i++] = B * KVD * 4;                   /* v */
-    sizes[i++] = B * QD * 4;                    /* att */
-    sizes[i++] = B * (E > QD ? E : QD) * 4;     /* o */
-    sizes[i++] = B * F * 4;                     /* g */
-    sizes[i++] = B * F * 4;                     /* u */
-    sizes[i++] = B * HD * 4;                    /* cs: rope cos/sin per token */
-    sizes[i++] = B * 4;                         /* q_pos */
-    sizes[i++] = el_attention_scratch_floats((size_t)max_slots, (size_t)d->n_head, (size_t)d->n_head_kv, HD, n_threads) * 4;
+    sizes[i++] = el_size_mul3(B, E, 4);                     /* x */
+    sizes[i++] = el_size_mul3(B, E, 4);                     /* xn */
+    sizes[i++] = el_size_mul3(B, QD, 4);                    /* q */
+    sizes[i++] = el_size_mul3(B, KVD, 4);                   /* k */
+    sizes[i++] = el_size_mul3(B, KVD, 4);                   /* v */
+    sizes[i++] = el_size_mul3(B, QD, 4);                    /* att */
+    sizes[i++] = el_size_mul3(B, E > QD ? E : QD, 4);       /* o */
+    sizes[i++] = el_size_mul3(B, F, 4);                     /* g */
+    sizes[i++] = el_size_mul3(B, F, 4);                     /* u */
+    sizes[i++] = el_size_mul3(B, HD, 4);                    /* cs: rope cos/sin per token */
+    sizes[i++] = el_size_mul(B, 4);                         /* q_pos */
+    sizes[i++] = el_size_mul(el_attention_scratch_floats((size_t)max_slots, (size_t)d->n_head, (size_t)d->n_head_kv, HD, n_threads), 4);
     sizes[i++] = d->act == EL_ACT_GELU ? 65536 * sizeof(el_half) : 0; /* gelu_table */
     for (int k = 0; k < ACT_KINDS; k++) sizes[i++] = max_act(d, k, B);
+}
+
+/* KV cache bytes of the whole model (SIZE_MAX: does not fit size_t) */
+static size_t kv_total(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, int kv_type) {
+    const size_t slot = el_size_mul(el_kv_row_bytes(kv_type, (size_t)d->head_dim), (size_t)d->n_head_kv);
+    const size_t per_slot = el_size_add(el_size_mul(2, slot), sizeof(int32_t)); /* K, V and the position */
+    size_t kv = 0;
+    for (int32_t il = 0; il < d->n_layer; il++)
+        kv = el_size_add(kv, el_size_mul(per_slot, (size_t)el_kv_layer_slots(d->layers[il].window, n_ctx, n_batch)));
+    return kv;
 }
 
 static int plan(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, int kv_type, int n_threads,
@@ -122,15 +132,13 @@ static int plan(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, int kv_t
     if (kv_type != EL_TYPE_F16 && kv_type != EL_TYPE_Q8_0 && kv_type != EL_TYPE_F32) return EL_EUNSUPPORTED;
     int st = desc_ok(d);
     if (st != EL_OK) return st;
-    const size_t row = el_kv_row_bytes(kv_type, (size_t)d->head_dim);
-    if (row == 0) return EL_EINVAL;
-    size_t kv = 0;
-    for (int32_t il = 0; il < d->n_layer; il++)
-        kv += 2 * row * (size_t)d->n_head_kv * (size_t)el_kv_layer_slots(d->layers[il].window, n_ctx, n_batch) +
-              sizeof(int32_t) * (size_t)el_kv_layer_slots(d->layers[il].window, n_ctx, n_batch);
+    if (el_kv_row_bytes(kv_type, (size_t)d->head_dim) == 0) return EL_EINVAL;
     size_t sizes[EL_SCRATCH_BUFS + ACT_KINDS], total = 0;
     scratch_sizes(d, n_ctx, n_batch, n_threads, sizes);
-    for (size_t i = 0; i < EL_SCRATCH_BUFS + ACT_KINDS; i++) total += round64(sizes[i]);
+    for (size_t i = 0; i < EL_SCRATCH_BUFS + ACT_KINDS; i++) total = el_size_add(total, el_size_round64(sizes[i]));
+    const size_t kv = kv_total(d, n_ctx, n_batch, kv_type);
+    /* more than this machine's size_t can count (a 32-bit build): refused before any allocation */
+    if (!el_size_ok(kv) || !el_size_ok(total) || !el_size_ok(el_size_add(kv, total))) return EL_ENOMEM;
     *kv_bytes = kv;
     *scratch_bytes = total;
     return EL_OK;
@@ -166,6 +174,7 @@ int el_model_create(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int
         kv_layer *c = &m->kv[il];
         c->n_slots = el_kv_layer_slots(m->layers[il].window, n_ctx, n_batch);
         c->ring = c->n_slots < n_ctx;
+        /* plan() checked the sum of these products, so none of them wraps */
         c->k = malloc(slot * (size_t)c->n_slots);
         c->v = malloc(slot * (size_t)c->n_slots);
         c->pos = malloc(sizeof(int32_t) * (size_t)c->n_slots);
@@ -185,7 +194,7 @@ int el_model_create(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int
     void *bufs[EL_SCRATCH_BUFS + ACT_KINDS];
     for (size_t i = 0; i < EL_SCRATCH_BUFS + ACT_KINDS; i++) {
         bufs[i] = p;
-        p += round64(sizes[i]);
+        p += el_size_round64(sizes[i]);
     }
     m->x = bufs[0]; m->xn = bufs[1]; m->q = bufs[2]; m->k = bufs[3]; m->v = bufs[4]; m->att = bufs[5];
     m->o = bufs[6]; m->g = bufs[7]; m->u = bufs[8]; m->cs = bufs[9]; m->q_pos = bufs[10];
@@ -230,9 +239,10 @@ static int llx_weights_ok(const el_model_desc *d) {
     return 1;
 }
 
-/* what EL_NUMERICS_LLAMACPP allocates: quantized activations for a batch, attention scratch per thread */
+/* what EL_NUMERICS_LLAMACPP allocates: quantized activations for a batch, attention scratch per thread;
+ * SIZE_MAX (checked.h) when a size does not fit size_t */
 static void llx_sizes(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, int n_threads, size_t *act,
-                      size_t *scratch_floats, size_t *cells) {
+                      size_t *scratch_bytes, size_t *cells) {
     const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
     *act = el_llx_act_bytes(out->type, (size_t)out->ne0, (size_t)n_batch);
     for (int32_t il = 0; il < d->n_layer; il++) {
@@ -243,8 +253,8 @@ static void llx_sizes(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, in
             *act = b > *act ? b : *act;
         }
     }
-    *cells = ((size_t)n_ctx + 63) & ~(size_t)63;
-    *scratch_floats = el_llx_attn_scratch_floats(*cells, (size_t)d->head_dim, n_threads);
+    *cells = ((size_t)n_ctx + 63) & ~(size_t)63; /* n_ctx <= 2^24: no wrap */
+    *scratch_bytes = el_size_mul(el_llx_attn_scratch_floats(*cells, (size_t)d->head_dim, n_threads), sizeof(float));
 }
 
 size_t el_model_numerics_bytes(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int n_threads,
@@ -252,9 +262,10 @@ size_t el_model_numerics_bytes(const el_model_desc *desc, int32_t n_ctx, int32_t
     if (!desc || numerics != EL_NUMERICS_LLAMACPP || n_ctx <= 0 || n_batch <= 0 || n_threads < 1 ||
         desc_ok(desc) != EL_OK || !llx_weights_ok(desc))
         return 0;
-    size_t act, floats, cells;
-    llx_sizes(desc, n_ctx, n_batch > n_ctx ? n_ctx : n_batch, n_threads, &act, &floats, &cells);
-    return act + floats * sizeof(float);
+    size_t act, scratch, cells;
+    llx_sizes(desc, n_ctx, n_batch > n_ctx ? n_ctx : n_batch, n_threads, &act, &scratch, &cells);
+    const size_t total = el_size_add(act, scratch);
+    return el_size_ok(total) ? total : 0;
 }
 
 int el_model_set_numerics(el_model *m, int numerics) {
@@ -266,10 +277,11 @@ int el_model_set_numerics(el_model *m, int numerics) {
     if (numerics != EL_NUMERICS_LLAMACPP) return EL_EINVAL;
     if (m->kv_type != EL_TYPE_F16 || !llx_weights_ok(&m->d)) return EL_EUNSUPPORTED;
     if (!m->llx_act) {
-        size_t act, floats;
-        llx_sizes(&m->d, m->n_ctx, m->n_batch, el_pool_threads(m->pool), &act, &floats, &m->llx_cells);
+        size_t act, scratch;
+        llx_sizes(&m->d, m->n_ctx, m->n_batch, el_pool_threads(m->pool), &act, &scratch, &m->llx_cells);
+        if (!el_size_ok(el_size_add(act, scratch))) return EL_ENOMEM;
         m->llx_act = malloc(act);
-        m->llx_scratch = malloc(floats * sizeof(float));
+        m->llx_scratch = malloc(scratch);
         if (!m->llx_act || !m->llx_scratch) {
             free(m->llx_act);
             free(m->llx_scratch);
@@ -277,7 +289,7 @@ int el_model_set_numerics(el_model *m, int numerics) {
             m->llx_scratch = NULL;
             return EL_ENOMEM;
         }
-        m->scratch_bytes += act + floats * sizeof(float);
+        m->scratch_bytes += act + scratch;
     }
     m->numerics = numerics;
     return EL_OK;
