@@ -18,7 +18,22 @@ typedef struct {
     int32_t n_used;   /* slots [0, n_used) may hold data; attention scans only those */
 } kv_layer;
 
-#define EL_SCRATCH_BUFS 13
+/* Every scratch buffer by name, placed by one table of {offset, size} (model.c: scratch_table) used
+ * by both the plan and the allocation. Two blocks: [0, SC_NATIVE_END) allocated by el_model_create,
+ * [SC_NATIVE_END, SC_COUNT) by el_model_set_numerics(EL_NUMERICS_LLAMACPP). */
+enum {
+    SC_X, SC_XN, SC_Q, SC_K, SC_V, SC_ATT, SC_O, SC_G, SC_U,
+    SC_CS,                                  /* rope cos/sin per token */
+    SC_Q_POS,
+    SC_ATTN,                                /* attention scratch (el_attention_scratch_floats) */
+    SC_GELU,                                /* GELU table (Gemma), else empty */
+    SC_ACT_Q8_0, SC_ACT_Q8_1, SC_ACT_Q8_K,  /* quantized activations, one per kind (ACT_Q8_0..) */
+    SC_NATIVE_END,
+    SC_LLX_ACT = SC_NATIVE_END,             /* llama.cpp numerics: quantized activations */
+    SC_LLX_ATTN,                            /* llama.cpp numerics: attention scratch */
+    SC_COUNT
+};
+typedef struct { size_t offset, size; } el_span;
 
 struct el_model {
     el_model_desc d;
@@ -33,10 +48,11 @@ struct el_model {
     int32_t *q_pos;
     float *attn_scratch;
     el_half *gelu_table;             /* GELU of every fp16 value (Gemma), filled at creation */
-    void *act[ACT_KINDS];
+    void *act[ACT_KINDS];            /* [ACT_F32] unused: a float input is read in place */
     const float *act_src[ACT_KINDS]; /* which input an activation buffer holds (NULL = stale) */
-    void *block;                     /* the single allocation behind all scratch */
+    void *block;                     /* the single allocation behind the native scratch */
     int numerics;                    /* enum el_numerics */
+    void *llx_block;                 /* the allocation behind the llama.cpp numerics' scratch */
     void *llx_act;                   /* EL_NUMERICS_LLAMACPP: quantized activations */
     float *llx_scratch;              /* EL_NUMERICS_LLAMACPP: attention, per thread */
     size_t llx_cells;                /* cells the llama.cpp attention scratch holds */
