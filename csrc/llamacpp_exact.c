@@ -286,9 +286,10 @@ typedef struct {
     int wtype;
     const void *w;
     size_t rows, cols, n_vec, ldy, wrow, arow;
-    const float *x;
+    const float *x;    /* quantize: the float rows */
     float *y;
-    void *act;
+    const void *act;   /* matmul: the quantized rows */
+    void *qout;        /* quantize: where they go */
     el_vec_dot_fn dot; /* the per-row dot of this ISA (types other than Q4_K) */
 } llx_mm;
 
@@ -298,7 +299,7 @@ static void llx_quantize(void *p, int ith, int nth) {
     el_split(t->n_vec, ith, nth, &v0, &v1);
     const int at = act_type(t->wtype);
     for (size_t v = v0; v < v1; v++) {
-        void *dst = (char *)t->act + v * t->arow;
+        void *dst = (char *)t->qout + v * t->arow;
         if (at == EL_TYPE_Q8_0) quantize_q8_0_x86(t->x + v * t->cols, dst, t->cols);
         else if (at == EL_TYPE_Q8_1) quantize_q8_1_x86(t->x + v * t->cols, dst, t->cols);
         else el_get_type_traits(EL_TYPE_Q8_K)->from_float(t->x + v * t->cols, dst, t->cols);
@@ -355,12 +356,22 @@ static void llx_rows(void *p, int ith, int nth) {
     }
 }
 
+void el_llx_quantize(el_pool *pool, int wtype, const float *x, size_t cols, size_t n_vec, void *act) {
+    llx_mm t = {wtype, NULL, 0, cols, n_vec, 0, 0, el_row_bytes(act_type(wtype), cols), x, NULL, NULL, act, NULL};
+    el_pool_run(pool, llx_quantize, &t);
+}
+
+void el_llx_matmul_act(el_pool *pool, int wtype, const void *w, size_t rows, size_t cols, const void *act,
+                       size_t n_vec, float *y, size_t ldy) {
+    llx_mm t = {wtype, w, rows, cols, n_vec, ldy, el_row_bytes(wtype, cols), el_row_bytes(act_type(wtype), cols),
+                NULL, y, act, NULL, el_kern()->llx_vec_dot[wtype]};
+    el_pool_run(pool, llx_rows, &t);
+}
+
 void el_llx_matmul(el_pool *pool, int wtype, const void *w, size_t rows, size_t cols, const float *x,
                    size_t n_vec, float *y, size_t ldy, void *act) {
-    llx_mm t = {wtype, w, rows, cols, n_vec, ldy, el_row_bytes(wtype, cols), el_row_bytes(act_type(wtype), cols),
-                x, y, act, el_kern()->llx_vec_dot[wtype]};
-    el_pool_run(pool, llx_quantize, &t);
-    el_pool_run(pool, llx_rows, &t);
+    el_llx_quantize(pool, wtype, x, cols, n_vec, act);
+    el_llx_matmul_act(pool, wtype, w, rows, cols, act, n_vec, y, ldy);
 }
 
 /* ---- attention ---- */

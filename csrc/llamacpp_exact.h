@@ -23,8 +23,13 @@ void el_llx_fill_scalar(el_vec_dot_fn table[EL_TYPE_COUNT]);
 int el_llx_type_supported(int wtype, size_t cols);
 /* bytes of the quantized activations of n_vec rows of cols floats for wtype */
 size_t el_llx_act_bytes(int wtype, size_t cols, size_t n_vec);
-/* y[v * ldy + r] = W[r] . x[v] as ggml computes it: x quantized by ggml's x86 from_float, each
- * output summed in ggml's SIMD lanes. act: el_llx_act_bytes scratch. */
+/* x (n_vec rows of cols floats) quantized for wtype as ggml's x86 from_float does, into act
+ * (el_llx_act_bytes bytes; the block formats of el_quantize_act's, other roundings) */
+void el_llx_quantize(el_pool *pool, int wtype, const float *x, size_t cols, size_t n_vec, void *act);
+/* y[v * ldy + r] = W[r] . act[v] as ggml computes it, each output summed in ggml's SIMD lanes */
+void el_llx_matmul_act(el_pool *pool, int wtype, const void *w, size_t rows, size_t cols, const void *act,
+                       size_t n_vec, float *y, size_t ldy);
+/* both: x quantized into the scratch act, then multiplied */
 void el_llx_matmul(el_pool *pool, int wtype, const void *w, size_t rows, size_t cols, const float *x,
                    size_t n_vec, float *y, size_t ldy, void *act);
 

@@ -88,21 +88,6 @@ static size_t max_act(const el_model_desc *d, int kind, size_t n_batch) {
     return best;
 }
 
-/* the largest block of llama.cpp-order activations any matmul consumes */
-static size_t llx_max_act(const el_model_desc *d, size_t n_batch) {
-    const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
-    size_t best = el_llx_act_bytes(out->type, (size_t)out->ne0, n_batch);
-    for (int32_t il = 0; il < d->n_layer; il++) {
-        const el_tensor *ws[7];
-        layer_matmuls(&d->layers[il], ws);
-        for (int i = 0; i < 7; i++) {
-            const size_t b = el_llx_act_bytes(ws[i]->type, (size_t)ws[i]->ne0, n_batch);
-            best = b > best ? b : best;
-        }
-    }
-    return best;
-}
-
 static size_t llx_cells(int32_t n_ctx) { return ((size_t)n_ctx + 63) & ~(size_t)63; } /* n_ctx <= 2^24 */
 
 /* The table behind el_model_plan, el_model_create, el_model_numerics_bytes and el_model_set_numerics:
@@ -134,7 +119,6 @@ static void scratch_table(const el_model_desc *d, int32_t n_ctx, int32_t n_batch
         sizeof(float));
     t[SC_GELU].size = d->act == EL_ACT_GELU ? 65536 * sizeof(el_half) : 0;
     for (int k = ACT_Q8_0; k < ACT_KINDS; k++) t[SC_ACT_Q8_0 + k - ACT_Q8_0].size = max_act(d, k, B);
-    t[SC_LLX_ACT].size = llx_max_act(d, B);
     t[SC_LLX_ATTN].size =
         el_size_mul(el_llx_attn_scratch_floats(llx_cells(n_ctx), HD, n_threads), sizeof(float));
     const int first[2] = {0, SC_NATIVE_END}, end[2] = {SC_NATIVE_END, SC_COUNT};
@@ -261,16 +245,22 @@ void el_model_free(el_model *m) {
     free(m);
 }
 
-/* every matmul weight of the model has a llama.cpp-order kernel (Q4_K: only as ggml repacks it) */
+/* a llama.cpp-order kernel exists for w (Q4_K: only as ggml repacks it, 8 rows at a time), and its
+ * activations fit the native SC_ACT_* buffers they are quantized into (same block formats) */
+static int llx_weight_ok(const el_tensor *w) {
+    const size_t cols = (size_t)w->ne0;
+    return el_llx_type_supported(w->type, cols) && !(w->type == EL_TYPE_Q4_K && w->ne1 % 8) &&
+           el_llx_act_bytes(w->type, cols, 1) == el_act_bytes(w->type, cols, 1);
+}
+
+/* every matmul weight of the model has one */
 static int llx_weights_ok(const el_model_desc *d) {
-    const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
-    if (!el_llx_type_supported(out->type, (size_t)out->ne0)) return 0;
+    if (!llx_weight_ok(d->output.data ? &d->output : &d->tok_embd)) return 0;
     for (int32_t il = 0; il < d->n_layer; il++) {
         const el_tensor *ws[7];
         layer_matmuls(&d->layers[il], ws);
         for (int i = 0; i < 7; i++)
-            if (!el_llx_type_supported(ws[i]->type, (size_t)ws[i]->ne0) || (ws[i]->type == EL_TYPE_Q4_K && ws[i]->ne1 % 8))
-                return 0;
+            if (!llx_weight_ok(ws[i])) return 0;
     }
     return 1;
 }
@@ -304,7 +294,6 @@ int el_model_set_numerics(el_model *m, int numerics) {
             return EL_ENOMEM;
         }
         char *b = m->llx_block;
-        m->llx_act = b + t[SC_LLX_ACT].offset;
         m->llx_scratch = (float *)(b + t[SC_LLX_ATTN].offset);
         m->llx_cells = llx_cells(m->n_ctx);
         m->scratch_bytes += block[1];

@@ -29,8 +29,8 @@ enum {
     SC_GELU,                                /* GELU table (Gemma), else empty */
     SC_ACT_Q8_0, SC_ACT_Q8_1, SC_ACT_Q8_K,  /* quantized activations, one per kind (ACT_Q8_0..) */
     SC_NATIVE_END,
-    SC_LLX_ACT = SC_NATIVE_END,             /* llama.cpp numerics: quantized activations */
-    SC_LLX_ATTN,                            /* llama.cpp numerics: attention scratch */
+    SC_LLX_ATTN = SC_NATIVE_END,            /* llama.cpp numerics: attention scratch (its quantized
+                                               activations share SC_ACT_*: the same block formats) */
     SC_COUNT
 };
 typedef struct { size_t offset, size; } el_span;
@@ -49,11 +49,9 @@ struct el_model {
     float *attn_scratch;
     el_half *gelu_table;             /* GELU of every fp16 value (Gemma), filled at creation */
     void *act[ACT_KINDS];            /* [ACT_F32] unused: a float input is read in place */
-    const float *act_src[ACT_KINDS]; /* which input an activation buffer holds (NULL = stale) */
     void *block;                     /* the single allocation behind the native scratch */
     int numerics;                    /* enum el_numerics */
     void *llx_block;                 /* the allocation behind the llama.cpp numerics' scratch */
-    void *llx_act;                   /* EL_NUMERICS_LLAMACPP: quantized activations */
     float *llx_scratch;              /* EL_NUMERICS_LLAMACPP: attention, per thread */
     size_t llx_cells;                /* cells the llama.cpp attention scratch holds */
 };
