@@ -210,6 +210,17 @@ def test_session_mismatch_and_damage_are_clear_errors(smollm2_path: Path, gemma_
         other_ctx.load_session(sess)
     with LLM(gemma_path, n_ctx=128, n_batch=32) as other_model, pytest.raises(SessionError, match="another model"):
         other_model.load_session(sess)
+    # the numerics mode, both ways: a cache filled under one mode's roundings does not continue the other's
+    with LLM(smollm2_path, n_ctx=128, n_batch=32, numerics="llamacpp") as exact:
+        with pytest.raises(SessionError, match="saved for native numerics, now llamacpp"):
+            exact.load_session(sess)
+        assert exact.tokens == []
+        exact.eval([1, 2, 3, 4])
+        exact.save_session(tmp_path / "exact.session")
+    with LLM(smollm2_path, n_ctx=128, n_batch=32) as native:
+        with pytest.raises(SessionError, match="saved for llamacpp numerics, now native"):
+            native.load_session(tmp_path / "exact.session")
+        native.load_session(sess)  # its own mode still loads
     raw = bytearray(sess.read_bytes())
     raw[-10] ^= 0xFF
     (tmp_path / "bad.session").write_bytes(bytes(raw))
