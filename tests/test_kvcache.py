@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_engine import _as_f32
+from test_engine import _as_f32, engine_heap_bytes, heap_matches_plan
 
 from edgellama import memplan
 from edgellama.llm import LLM, ContextFull
@@ -174,8 +174,10 @@ def test_budget_picks_the_largest_context_that_fits(smollm2_path: Path) -> None:
     assert plan.fits and plan.n_ctx < 8192
     assert not memplan.make_plan(desc, plan.n_ctx + 1, 512, "f16", 2, budget).fits
     with LLM(smollm2_path, mem_budget=budget, n_threads=2) as llm:
-        assert llm.n_ctx == plan.n_ctx
-        assert llm.engine.kv_bytes == plan.kv_cache and llm.engine.scratch_bytes == plan.scratch
+        assert (llm.n_ctx, llm.n_batch) == (plan.n_ctx, plan.n_batch)
+    # and an engine of that plan allocates what the plan counted (glibc's count, not the engine's)
+    [(got, mmapped)] = engine_heap_bytes(smollm2_path, [(plan.n_ctx, plan.n_batch, "f16", 2, "native")])
+    assert heap_matches_plan(desc, got, plan.kv_cache + plan.scratch, mmapped)
 
 
 def test_parse_size() -> None:
