@@ -7,7 +7,6 @@
 #include "attention.h"
 #include "dispatch.h"
 #include "edgellama.h"
-#include "llamacpp_exact.h"
 #include "matmul.h"
 #include "model.h"
 #include "ops.h"
@@ -28,10 +27,7 @@ static mm_input quantize_input(el_model *m, const float *x, size_t n, const el_t
         const int kind = el_act_kind(ws[i]->type);
         if (kind == ACT_F32 || in.act[kind]) continue;
         /* the weights of one kind read rows of the same length, so one quantization serves them all */
-        if (m->numerics == EL_NUMERICS_LLAMACPP)
-            el_llx_quantize(m->pool, ws[i]->type, x, (size_t)ws[i]->ne0, n, m->act[kind]);
-        else
-            el_quantize_act(m->pool, ws[i]->type, x, (size_t)ws[i]->ne0, n, m->act[kind]);
+        m->ops->quantize(m->pool, ws[i]->type, x, (size_t)ws[i]->ne0, n, m->act[kind]);
         in.act[kind] = m->act[kind];
     }
     return in;
@@ -41,10 +37,7 @@ static mm_input quantize_input(el_model *m, const float *x, size_t n, const el_t
 static void mm(el_model *m, const el_tensor *w, const mm_input *in, float *y) {
     const int kind = el_act_kind(w->type);
     const void *act = kind == ACT_F32 ? (const void *)in->x : in->act[kind];
-    if (m->numerics == EL_NUMERICS_LLAMACPP)
-        el_llx_matmul_act(m->pool, w->type, w->data, (size_t)w->ne1, (size_t)w->ne0, act, in->n, y, (size_t)w->ne1);
-    else
-        el_matmul_act(m->pool, w->type, w->data, (size_t)w->ne1, (size_t)w->ne0, act, in->n, y, (size_t)w->ne1);
+    m->ops->matmul(m->pool, w->type, w->data, (size_t)w->ne1, (size_t)w->ne0, act, in->n, y, (size_t)w->ne1);
 }
 
 static void norm_rows(float *out, const float *x, const el_tensor *w, size_t n, size_t dim, float eps) {
@@ -65,11 +58,8 @@ static void glu_row(void *p, size_t i, size_t n) {
     if (t->m->d.act == EL_ACT_GELU) {
         el_gelu_lut(g, t->F, t->m->gelu_table);
         el_mul(g, g, t->m->u + i * t->F, t->F);
-    } else if (t->m->numerics == EL_NUMERICS_LLAMACPP) {
-        el_llx_swiglu(g, t->m->u + i * t->F, t->F);
     } else {
-        el_silu(g, t->F);
-        el_mul(g, g, t->m->u + i * t->F, t->F);
+        t->m->ops->swiglu(g, t->m->u + i * t->F, t->F);
     }
     (void)n;
 }
@@ -78,16 +68,6 @@ static void glu(el_model *m, size_t n, size_t F) {
     glu_task t = {m, F};
     if (n == 1) glu_row(&t, 0, 1);
     else el_pool_for(m->pool, n, glu_row, &t);
-}
-
-/* llama.cpp's attention over its cells (cell = position in a fresh sequence); Gemma 3 scales q
- * before the fp16 KQ product, the llama family scales the scores */
-static void llx_attention(el_model *m, const kv_layer *c, const el_attn_args *a) {
-    int32_t max_pos = 0;
-    for (int32_t s = 0; s < c->n_used; s++) max_pos = c->pos[s] > max_pos ? c->pos[s] : max_pos;
-    const size_t cells = ((size_t)max_pos + 1 + 63) & ~(size_t)63;
-    el_llx_attention(m->pool, a, m->d.arch == EL_ARCH_GEMMA3, cells < m->llx_cells ? cells : m->llx_cells,
-                     m->llx_scratch);
 }
 
 int el_model_eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, float *logits, int all_logits) {
@@ -126,15 +106,14 @@ int el_model_eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, fl
         for (size_t i = 0; i < n; i++) {
             float *cs = m->cs + i * HD;
             el_rope_cache(cs, (size_t)d->n_rot, m->q_pos[i], L->rope_base, L->rope_scale);
-            const int fused = m->numerics == EL_NUMERICS_LLAMACPP;
+            const int fused = m->ops->rope_fused;
             el_rope_apply(m->q + i * QD, NH, HD, (size_t)d->n_rot, cs, d->rope_neox, fused);
             el_rope_apply(m->k + i * KVD, NKV, HD, (size_t)d->n_rot, cs, d->rope_neox, fused);
         }
         el_kv_store(m, c, m->k, m->v, n, pos0);
         el_attn_args a = {m->q, n, m->q_pos, NH, NKV, HD, m->kv_type, c->k, c->v, c->pos, (size_t)c->n_used,
                           L->window, d->attn_scale, m->att, m->attn_scratch};
-        if (m->numerics == EL_NUMERICS_LLAMACPP) llx_attention(m, c, &a);
-        else el_attention_run(m->pool, &a);
+        m->ops->attention(m, c, &a);
         const el_tensor *wo = &L->wo;
         const mm_input att = quantize_input(m, m->att, n, &wo, 1);
         mm(m, wo, &att, m->o);

@@ -75,10 +75,10 @@ static void rerotate(el_model *m, char *kslot, const float *cs) {
     for (int32_t h = 0; h < m->d.n_head_kv; h++) {
         char *r = kslot + (size_t)h * row;
         if (m->kv_type == EL_TYPE_F32) {
-            el_rope_apply((float *)r, 1, hd, (size_t)m->d.n_rot, cs, m->d.rope_neox, m->numerics == EL_NUMERICS_LLAMACPP);
+            el_rope_apply((float *)r, 1, hd, (size_t)m->d.n_rot, cs, m->d.rope_neox, m->ops->rope_fused);
         } else {
             tr->to_float(r, buf, hd);
-            el_rope_apply(buf, 1, hd, (size_t)m->d.n_rot, cs, m->d.rope_neox, m->numerics == EL_NUMERICS_LLAMACPP);
+            el_rope_apply(buf, 1, hd, (size_t)m->d.n_rot, cs, m->d.rope_neox, m->ops->rope_fused);
             tr->from_float(buf, r, hd);
         }
     }

@@ -7,9 +7,10 @@
  * fuses, its SIMD lanes as arrays, its horizontal sums as written by its intrinsics):
  *   ggml x86 build (AVX2 / AVX-512, llamafile sgemm, Q4_K repacked 8x8), flash attention off.
  * The lane structure is the one of ggml's kernels, not of this machine: the results are the same
- * on any CPU. The C here is the reference; the dispatch table's llx_* entries (arch/avx2_llamacpp.c)
+ * on any CPU. The C here is the reference; the ISA tables of el_llx_kernels (arch/avx2_llamacpp.c)
  * give its bits faster. Selected per model by el_model_set_numerics(EL_NUMERICS_LLAMACPP). */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "checked.h"
@@ -248,17 +249,51 @@ static void ref_q8_0_nv(size_t n, const void *w, const void *a, size_t a_stride,
     for (size_t j = 0; j < nv; j++) out[j] = dot_q0(EL_TYPE_Q8_0, w, (const block_q8_0 *)((const char *)a + j * a_stride), n / QK8_0);
 }
 
-/* the per-row dots as el_vec_dot_fn (n values) for the dispatch table */
+/* the per-row dots as el_vec_dot_fn (n values) for the llx tables */
 static float ref_q5_0(size_t n, const void *w, const void *a) { return dot_q0(EL_TYPE_Q5_0, w, a, n / QK5_0); }
 static float ref_q8_0(size_t n, const void *w, const void *a) { return dot_q0(EL_TYPE_Q8_0, w, a, n / QK8_0); }
 static float ref_q4_1(size_t n, const void *w, const void *a) { return dot_q4_1(w, a, n / QK4_1); }
 static float ref_q6_K(size_t n, const void *w, const void *a) { return dot_q6_K(w, a, n / QK_K); }
 
-void el_llx_fill_scalar(el_vec_dot_fn table[EL_TYPE_COUNT]) {
-    table[EL_TYPE_Q5_0] = ref_q5_0;
-    table[EL_TYPE_Q8_0] = ref_q8_0;
-    table[EL_TYPE_Q4_1] = ref_q4_1;
-    table[EL_TYPE_Q6_K] = ref_q6_K;
+static float ref_kq(size_t hd, const float *q, const el_half *k, int tiny);
+static void ref_pv(size_t hd, float p, const el_half *v, float *lane);
+
+void el_llx_fill_scalar(el_llx_kernels *k) {
+    memset(k, 0, sizeof *k);
+    k->vec_dot[EL_TYPE_Q5_0] = ref_q5_0;
+    k->vec_dot[EL_TYPE_Q8_0] = ref_q8_0;
+    k->vec_dot[EL_TYPE_Q4_1] = ref_q4_1;
+    k->vec_dot[EL_TYPE_Q6_K] = ref_q6_K;
+    k->kq = ref_kq;
+    k->pv = ref_pv;
+    k->isums = ref_isums;
+    k->q8_0_nv = ref_q8_0_nv;
+}
+
+static el_llx_kernels g_scalar;
+#if defined(__x86_64__)
+static el_llx_kernels g_avx2, g_avx512;
+#endif
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void build_tables(void) {
+    el_llx_fill_scalar(&g_scalar);
+#if defined(__x86_64__)
+    g_avx2 = g_scalar;
+    el_llx_fill_avx2(&g_avx2);
+    g_avx512 = g_avx2;
+    el_llx_fill_avx512(&g_avx512);
+#endif
+}
+
+const el_llx_kernels *el_llx_kernels_for(const char *isa) {
+    pthread_once(&g_once, build_tables);
+#if defined(__x86_64__)
+    if (strcmp(isa, "avx2") == 0) return &g_avx2;
+    if (strcmp(isa, "avx512") == 0) return &g_avx512;
+#endif
+    (void)isa;
+    return &g_scalar;
 }
 
 /* ---- matmul ---- */
@@ -315,7 +350,7 @@ static void llx_rows(void *p, int ith, int nth) {
     const int q6_tiled = t->wtype == EL_TYPE_Q6_K && t->n_vec >= 8;
     if (t->wtype == EL_TYPE_Q4_K || q6_tiled) {
         kblock ub[KROW_MAX]; /* el_llx_type_supported: K-quant rows have at most KROW_MAX super-blocks */
-        const isums_fn isums = el_kern()->llx_isums;
+        const isums_fn isums = el_kern()->llx->isums;
         for (size_t r = r0; r < r1; r++) {
             unpack_k_row(t->wtype, (const char *)t->w + r * t->wrow, nb, ub);
             for (size_t v = 0; v < t->n_vec; v++) {
@@ -328,7 +363,7 @@ static void llx_rows(void *p, int ith, int nth) {
     if ((t->wtype == EL_TYPE_Q5_0 || t->wtype == EL_TYPE_Q8_0) && t->n_vec > 1 && nb <= Q5_ROW_MAX) {
         /* a batch: each weight row (Q5_0 re-blocked as Q8_0: same levels, same d, so the very same
          * operations) against all the activation rows, the weights loaded once per block */
-        const el_vec_dot_nv_fn dot_nv = el_kern()->llx_q8_0_nv;
+        const el_vec_dot_nv_fn dot_nv = el_kern()->llx->q8_0_nv;
         block_q8_0 row[Q5_ROW_MAX];
         float out[LLX_NV];
         for (size_t r = r0; r < r1; r++) {
@@ -364,7 +399,7 @@ void el_llx_quantize(el_pool *pool, int wtype, const float *x, size_t cols, size
 void el_llx_matmul_act(el_pool *pool, int wtype, const void *w, size_t rows, size_t cols, const void *act,
                        size_t n_vec, float *y, size_t ldy) {
     llx_mm t = {wtype, w, rows, cols, n_vec, ldy, el_row_bytes(wtype, cols), el_row_bytes(act_type(wtype), cols),
-                NULL, y, act, NULL, el_kern()->llx_vec_dot[wtype]};
+                NULL, y, act, NULL, el_kern()->llx->vec_dot[wtype]};
     el_pool_run(pool, llx_rows, &t);
 }
 
@@ -435,17 +470,10 @@ static void ref_pv(size_t hd, float p, const el_half *v, float *lane) {
     for (size_t d = 0; d < hd; d++) lane[d] = fmaf(el_fp16_to_fp32(v[d]), p, lane[d]);
 }
 
-void el_llx_fill_scalar_attention(el_kernels *k) {
-    k->llx_kq = ref_kq;
-    k->llx_pv = ref_pv;
-    k->llx_isums = ref_isums;
-    k->llx_q8_0_nv = ref_q8_0_nv;
-}
-
 static void llx_attn_items(void *p, int ith, int nth) {
     const llx_attn *x = p;
     const el_attn_args *a = x->a;
-    const el_kernels *kern = el_kern();
+    const el_llx_kernels *kern = el_kern()->llx;
     const size_t HD = a->head_dim, NC = x->n_cells, group = a->n_head / a->n_head_kv;
     /* prefill runs llamafile's tinyBLAS (16 lanes, one accumulator) when the row length allows it,
      * decode ggml_vec_dot_f16 (4 x 16 lanes) */
@@ -464,7 +492,7 @@ static void llx_attn_items(void *p, int ith, int nth) {
         for (size_t j = 0; j < a->n_kv; j++) {
             const int32_t c = a->kv_pos[j];
             if (!visible(a, c, qp)) continue;
-            const float dot = kern->llx_kq(HD, qf, (const el_half *)a->k + (j * a->n_head_kv + hk) * HD, tiny_kq);
+            const float dot = kern->kq(HD, qf, (const el_half *)a->k + (j * a->n_head_kv + hk) * HD, tiny_kq);
             s[c] = x->scale_q ? dot : dot * a->scale;
         }
         /* softmax: ggml_vec_soft_max_f32 in chunks of 16, chunk sums accumulated in double */
@@ -483,7 +511,7 @@ static void llx_attn_items(void *p, int ith, int nth) {
         for (size_t j = 0; j < a->n_kv; j++) {
             const int32_t c = a->kv_pos[j];
             if (!visible(a, c, qp)) continue;
-            kern->llx_pv(HD, s[c], (const el_half *)a->v + (j * a->n_head_kv + hk) * HD, acc + ((size_t)c % lanes) * HD);
+            kern->pv(HD, s[c], (const el_half *)a->v + (j * a->n_head_kv + hk) * HD, acc + ((size_t)c % lanes) * HD);
         }
         float *out = a->out + (t * a->n_head + h) * HD;
         for (size_t d = 0; d < HD; d++) {

@@ -179,6 +179,7 @@ int el_model_create(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int
     m->n_ctx = n_ctx;
     m->n_batch = n_batch;
     m->kv_type = kv_type;
+    m->ops = el_numerics_ops_of(EL_NUMERICS_NATIVE);
     m->layers = calloc((size_t)desc->n_layer, sizeof *m->layers);
     m->kv = calloc((size_t)desc->n_layer, sizeof *m->kv);
     if (!m->layers || !m->kv) goto nomem;
@@ -278,11 +279,12 @@ size_t el_model_numerics_bytes(const el_model_desc *desc, int32_t n_ctx, int32_t
 
 int el_model_set_numerics(el_model *m, int numerics) {
     if (!m) return EL_EINVAL;
+    const el_numerics_ops *ops = el_numerics_ops_of(numerics);
+    if (!ops) return EL_EINVAL;
     if (numerics == EL_NUMERICS_NATIVE) {
-        m->numerics = numerics;
+        m->ops = ops;
         return EL_OK;
     }
-    if (numerics != EL_NUMERICS_LLAMACPP) return EL_EINVAL;
     if (m->kv_type != EL_TYPE_F16 || !llx_weights_ok(&m->d)) return EL_EUNSUPPORTED;
     if (!m->llx_block) {
         el_span t[SC_COUNT];
@@ -298,7 +300,7 @@ int el_model_set_numerics(el_model *m, int numerics) {
         m->llx_cells = llx_cells(m->n_ctx);
         m->scratch_bytes += block[1];
     }
-    m->numerics = numerics;
+    m->ops = ops;
     return EL_OK;
 }
 

@@ -3,6 +3,7 @@
 #ifndef EL_MODEL_H
 #define EL_MODEL_H
 
+#include "attention.h"
 #include "edgellama.h"
 #include "fp16.h"
 #include "pool.h"
@@ -35,6 +36,21 @@ enum {
 };
 typedef struct { size_t offset, size; } el_span;
 
+/* A numerics mode (enum el_numerics) as the operations of the pass that differ between modes
+ * (numerics.c): el_model_set_numerics picks the table, forward.c and kv_cache.c call through it. */
+typedef struct el_numerics_ops {
+    /* x (n_vec rows of cols floats) into act in the activation format of wtype's matmul */
+    void (*quantize)(el_pool *pool, int wtype, const float *x, size_t cols, size_t n_vec, void *act);
+    /* y[v * ldy + r] = W[r] . act[v], act from quantize (or the floats, for float weights) */
+    void (*matmul)(el_pool *pool, int wtype, const void *w, size_t rows, size_t cols, const void *act,
+                   size_t n_vec, float *y, size_t ldy);
+    void (*swiglu)(float *g, const float *u, size_t n); /* g = silu(g) * u */
+    void (*attention)(el_model *m, const kv_layer *c, const el_attn_args *a);
+    int rope_fused; /* el_rope_apply's fused form (llama.cpp's rounding of the rotation) */
+} el_numerics_ops;
+
+const el_numerics_ops *el_numerics_ops_of(int numerics); /* NULL: no such mode */
+
 struct el_model {
     el_model_desc d;
     el_layer *layers;
@@ -50,7 +66,7 @@ struct el_model {
     el_half *gelu_table;             /* GELU of every fp16 value (Gemma), filled at creation */
     void *act[ACT_KINDS];            /* [ACT_F32] unused: a float input is read in place */
     void *block;                     /* the single allocation behind the native scratch */
-    int numerics;                    /* enum el_numerics */
+    const el_numerics_ops *ops;      /* the numerics mode (el_model_set_numerics) */
     void *llx_block;                 /* the allocation behind the llama.cpp numerics' scratch */
     float *llx_scratch;              /* EL_NUMERICS_LLAMACPP: attention, per thread */
     size_t llx_cells;                /* cells the llama.cpp attention scratch holds */
