@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "checked.h"
 #include "dispatch.h"
 #include "edgellama.h"
 
@@ -33,11 +34,16 @@ static size_t worker_floats(size_t n_kv, size_t group, size_t hd) {
 
 /* Counts, partials and visible slots for 2 * n_threads (query, KV head) pairs:
  * prefill uses one pair per thread at a time, decode (fewer pairs than 2 * n_threads) holds every
- * chunk of every pair at once. */
+ * chunk of every pair at once. SIZE_MAX (checked.h) when the count does not fit size_t; once it
+ * does, every offset el_attention_run takes into the scratch is below it. */
 size_t el_attention_scratch_floats(size_t n_kv, size_t n_head, size_t n_head_kv, size_t head_dim, int n_threads) {
     const size_t group = n_head_kv ? n_head / n_head_kv : 1, nth = n_threads > 0 ? (size_t)n_threads : 1;
     const size_t nc = n_chunks(n_kv) ? n_chunks(n_kv) : 1;
-    return 2 * nth * (2 + nc * part_floats(group, head_dim) + n_kv) + nth * worker_floats(n_kv, group, head_dim);
+    const size_t part = el_size_mul(group, el_size_add(head_dim, 2));
+    const size_t worker = el_size_add(el_size_add(el_size_mul(EL_ATTN_CHUNK + head_dim, group), head_dim),
+                                      el_size_add(n_kv, 64));
+    const size_t per_pair = el_size_add(el_size_add(2, el_size_mul(nc, part)), n_kv);
+    return el_size_add(el_size_mul3(2, nth, per_pair), el_size_mul(nth, worker));
 }
 
 typedef struct {
@@ -229,7 +235,8 @@ int el_attention(const float *q, size_t n_q, const int32_t *q_pos, size_t n_head
         return EL_EINVAL;
     if (kv_type != EL_TYPE_F32 && kv_type != EL_TYPE_F16 && kv_type != EL_TYPE_Q8_0) return EL_EUNSUPPORTED;
     if (el_kv_row_bytes(kv_type, head_dim) == 0) return EL_EINVAL;
-    float *scratch = malloc(el_attention_scratch_floats(n_kv, n_head, n_head_kv, head_dim, 1) * sizeof(float));
+    const size_t bytes = el_size_mul(el_attention_scratch_floats(n_kv, n_head, n_head_kv, head_dim, 1), sizeof(float));
+    float *scratch = el_size_ok(bytes) ? malloc(bytes) : NULL;
     if (!scratch) return EL_ENOMEM;
     el_attn_args a = {q, n_q, q_pos, n_head, n_head_kv, head_dim, kv_type, k, v, kv_pos, n_kv,
                       window, scale, out, scratch};

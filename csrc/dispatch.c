@@ -90,11 +90,9 @@ static void fill(el_kernels *k, const char *name) {
     if (strcmp(name, "avx2") == 0 || strcmp(name, "avx512") == 0) {
         el_kernels_fill_avx2(k); /* the types avx512 does not accelerate keep their AVX2 entries */
         el_kernels_fill_avx2_attention(k);
-        el_kernels_fill_avx2_llamacpp(k);
     }
     if (strcmp(name, "avx512") == 0) {
         el_kernels_fill_avx512(k);
-        el_kernels_fill_avx512_llamacpp(k);
     }
 #endif
 #if defined(__aarch64__)
@@ -103,6 +101,7 @@ static void fill(el_kernels *k, const char *name) {
         el_kernels_fill_neon_attention(k);
     }
 #endif
+    k->llx = el_llx_kernels_for(name);
 }
 
 /* the filled table of an available ISA: its first selection fills it, aside from the active one */
@@ -225,8 +224,6 @@ void el_kernels_fill_scalar(el_kernels *k) {
     k->attn_qk_f16 = el_attn_qk_f16_scalar;
     k->attn_pv_f16 = el_attn_pv_f16_scalar;
     k->round_f16 = el_round_f16_scalar;
-    el_llx_fill_scalar(k->llx_vec_dot);
-    el_llx_fill_scalar_attention(k);
 }
 
 /* Builds without an ISA's file still link: the filler is a no-op there. */

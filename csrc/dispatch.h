@@ -48,16 +48,8 @@ typedef struct el_kernels {
     el_attn_qk_fn attn_qk_f16;
     el_attn_pv_fn attn_pv_f16;
     void (*round_f16)(size_t n, const float *x, float *y); /* y = x rounded to f16 (nearest even), exact */
-    /* llama.cpp-order dots by weight type (llamacpp_exact.c): bit-identical on every ISA */
-    el_vec_dot_fn llx_vec_dot[EL_TYPE_COUNT];
-    /* llama.cpp-order attention: one KQ score of an fp16 key (tinyBLAS 16 lanes or vec_dot_f16
-     * 4 x 16) and one cell of KQV (lane[d] += v[d] p) */
-    float (*llx_kq)(size_t hd, const float *q, const el_half *k, int tiny);
-    void (*llx_pv)(size_t hd, float p, const el_half *v, float *lane);
-    /* integer dots of the len-value runs (16 or 32) of 256 levels, |q| <= 32 (K-quant batches) */
-    void (*llx_isums)(const int8_t *q, const int8_t *a, int len, int32_t *out);
-    /* Q8_0 blocks x up to LLX_NV activation rows, each output with llx_vec_dot[Q8_0]'s bits */
-    el_vec_dot_nv_fn llx_q8_0_nv;
+    /* the llama.cpp numerics' kernels of this ISA (llamacpp_exact.h), switched with the ISA */
+    const struct el_llx_kernels *llx;
 } el_kernels;
 
 /* The active table (initialised on first use, best ISA unless EDGELLAMA_ISA says otherwise). */
@@ -70,9 +62,6 @@ void el_kernels_fill_avx512(el_kernels *k);             /* x86-64 only; on top o
 void el_kernels_fill_neon(el_kernels *k, int dotprod);  /* aarch64 builds only */
 void el_kernels_fill_avx2_attention(el_kernels *k);     /* arch/avx2_attention.c */
 void el_kernels_fill_neon_attention(el_kernels *k);     /* arch/neon_attention.c */
-void el_kernels_fill_avx2_llamacpp(el_kernels *k);      /* arch/avx2_llamacpp.c */
-void el_kernels_fill_avx512_llamacpp(el_kernels *k);    /* arch/avx512_llamacpp.c */
-void el_llx_fill_scalar_attention(el_kernels *k);       /* llamacpp_exact.c */
 
 /* scalar float helpers, also the references for the SIMD versions */
 float el_dot_f32_scalar(size_t n, const float *a, const float *b);

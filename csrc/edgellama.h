@@ -136,7 +136,8 @@ typedef struct el_model_desc {
 
 typedef struct el_model el_model;
 /* Allocates the KV cache (n_ctx slots per global layer, min(n_ctx, window) per windowed layer, in
- * kv_type F16 or Q8_0) and all scratch for batches of up to n_batch tokens, once. */
+ * kv_type F16 or Q8_0) and all scratch for batches of up to n_batch tokens, once. EL_ENOMEM when an
+ * allocation fails or when the sizes do not even fit size_t (a 32-bit build): never a wrapped size. */
 int el_model_create(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int32_t n_batch,
                     int kv_type, el_model **out);
 void el_model_free(el_model *model);
@@ -156,7 +157,8 @@ int el_model_truncate(el_model *model, int32_t pos);
 /* Streaming: drops positions [n_keep, n_keep + n_discard) and moves every later entry down by
  * n_discard, re-rotating its key, so generation continues at position n_past - n_discard. */
 int el_model_shift(el_model *model, int32_t n_keep, int32_t n_discard);
-/* Memory a model would take, computed exactly as el_model_create allocates it (no allocation). */
+/* Memory a model would take, computed exactly as el_model_create allocates it (no allocation).
+ * EL_ENOMEM when a size does not fit size_t (a 32-bit build with a large context or batch). */
 int el_model_plan(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int kv_type, int n_threads,
                   size_t *kv_bytes, size_t *scratch_bytes);
 /* Numerics of a model's forward pass. NATIVE: the fastest kernels of this CPU. LLAMACPP: llama.cpp's
@@ -168,11 +170,12 @@ int el_model_plan(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int
  * allocated here, once. Exact while no ring has wrapped and no shift ran. */
 enum el_numerics { EL_NUMERICS_NATIVE = 0, EL_NUMERICS_LLAMACPP = 1 };
 int el_model_set_numerics(el_model *model, int numerics);
-/* Bytes el_model_set_numerics allocates for a model of this shape (0: native, or not possible). */
+/* Bytes el_model_set_numerics allocates for a model of this shape (0: native, or not possible,
+ * including sizes that do not fit size_t; el_model_set_numerics then returns EL_ENOMEM). */
 size_t el_model_numerics_bytes(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int n_threads,
                                int numerics);
-/* KV cache state (session save/restore): a blob of el_model_state_size bytes; load refuses a blob
- * from another model shape, cache type, context or batch size. */
+/* KV cache state (session save/restore): a blob of el_model_state_size bytes (0 = does not fit
+ * size_t: save refuses); load refuses a blob from another model shape, cache type, context or batch size. */
 size_t el_model_state_size(const el_model *model);
 int el_model_state_save(const el_model *model, void *buf, size_t size);
 int el_model_state_load(el_model *model, const void *buf, size_t size);

@@ -7,33 +7,37 @@
 #include "attention.h"
 #include "dispatch.h"
 #include "edgellama.h"
-#include "llamacpp_exact.h"
 #include "matmul.h"
 #include "model.h"
 #include "ops.h"
 
 /* ---- the pass ---- */
-static void mm(el_model *m, const el_tensor *w, const float *x, size_t n, float *y) {
-    if (m->numerics == EL_NUMERICS_LLAMACPP) {
-        el_llx_matmul(m->pool, w->type, w->data, (size_t)w->ne1, (size_t)w->ne0, x, n, y, (size_t)w->ne1, m->llx_act);
-        return;
+
+/* A matmul input: n rows of floats, quantized once where they are produced into the activation
+ * format of each kind the matmuls that read them need (float weights read x in place). */
+typedef struct {
+    const float *x;
+    size_t n;
+    const void *act[ACT_KINDS]; /* NULL: no matmul on this input reads that kind */
+} mm_input;
+
+static mm_input quantize_input(el_model *m, const float *x, size_t n, const el_tensor *const *ws, size_t nw) {
+    mm_input in = {x, n, {NULL}};
+    for (size_t i = 0; i < nw; i++) {
+        const int kind = el_act_kind(ws[i]->type);
+        if (kind == ACT_F32 || in.act[kind]) continue;
+        /* the weights of one kind read rows of the same length, so one quantization serves them all */
+        m->ops->quantize(m->pool, ws[i]->type, x, (size_t)ws[i]->ne0, n, m->act[kind]);
+        in.act[kind] = m->act[kind];
     }
-    const int kind = el_act_kind(w->type);
-    const size_t cols = (size_t)w->ne0;
-    const void *act = x;
-    if (kind != ACT_F32) {
-        if (m->act_src[kind] != x) {
-            el_quantize_act(m->pool, w->type, x, cols, n, m->act[kind]);
-            m->act_src[kind] = x;
-        }
-        act = m->act[kind];
-    }
-    el_matmul_act(m->pool, w->type, w->data, (size_t)w->ne1, cols, act, n, y, (size_t)w->ne1);
+    return in;
 }
 
-/* the contents of x changed: forget quantized copies of it */
-static void invalidate(el_model *m) {
-    for (int k = 0; k < ACT_KINDS; k++) m->act_src[k] = NULL;
+/* y = w in: in was quantized for w's kind by quantize_input */
+static void mm(el_model *m, const el_tensor *w, const mm_input *in, float *y) {
+    const int kind = el_act_kind(w->type);
+    const void *act = kind == ACT_F32 ? (const void *)in->x : in->act[kind];
+    m->ops->matmul(m->pool, w->type, w->data, (size_t)w->ne1, (size_t)w->ne0, act, in->n, y, (size_t)w->ne1);
 }
 
 static void norm_rows(float *out, const float *x, const el_tensor *w, size_t n, size_t dim, float eps) {
@@ -54,11 +58,8 @@ static void glu_row(void *p, size_t i, size_t n) {
     if (t->m->d.act == EL_ACT_GELU) {
         el_gelu_lut(g, t->F, t->m->gelu_table);
         el_mul(g, g, t->m->u + i * t->F, t->F);
-    } else if (t->m->numerics == EL_NUMERICS_LLAMACPP) {
-        el_llx_swiglu(g, t->m->u + i * t->F, t->F);
     } else {
-        el_silu(g, t->F);
-        el_mul(g, g, t->m->u + i * t->F, t->F);
+        t->m->ops->swiglu(g, t->m->u + i * t->F, t->F);
     }
     (void)n;
 }
@@ -67,16 +68,6 @@ static void glu(el_model *m, size_t n, size_t F) {
     glu_task t = {m, F};
     if (n == 1) glu_row(&t, 0, 1);
     else el_pool_for(m->pool, n, glu_row, &t);
-}
-
-/* llama.cpp's attention over its cells (cell = position in a fresh sequence); Gemma 3 scales q
- * before the fp16 KQ product, the llama family scales the scores */
-static void llx_attention(el_model *m, const kv_layer *c, const el_attn_args *a) {
-    int32_t max_pos = 0;
-    for (int32_t s = 0; s < c->n_used; s++) max_pos = c->pos[s] > max_pos ? c->pos[s] : max_pos;
-    const size_t cells = ((size_t)max_pos + 1 + 63) & ~(size_t)63;
-    el_llx_attention(m->pool, a, m->d.arch == EL_ARCH_GEMMA3, cells < m->llx_cells ? cells : m->llx_cells,
-                     m->llx_scratch);
 }
 
 static int eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, float *logits, int all_logits) {
@@ -102,10 +93,11 @@ static int eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, floa
         kv_layer *c = &m->kv[il];
         /* attention block */
         norm_rows(m->xn, m->x, &L->attn_norm, n, E, d->norm_eps);
-        invalidate(m);
-        mm(m, &L->wq, m->xn, n, m->q);
-        mm(m, &L->wk, m->xn, n, m->k);
-        mm(m, &L->wv, m->xn, n, m->v);
+        const el_tensor *qkv[3] = {&L->wq, &L->wk, &L->wv};
+        const mm_input xn = quantize_input(m, m->xn, n, qkv, 3);
+        mm(m, &L->wq, &xn, m->q);
+        mm(m, &L->wk, &xn, m->k);
+        mm(m, &L->wv, &xn, m->v);
         add_bias(m->q, &L->bq, n, QD);
         add_bias(m->k, &L->bk, n, KVD);
         add_bias(m->v, &L->bv, n, KVD);
@@ -114,16 +106,17 @@ static int eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, floa
         for (size_t i = 0; i < n; i++) {
             float *cs = m->cs + i * HD;
             el_rope_cache(cs, (size_t)d->n_rot, m->q_pos[i], L->rope_base, L->rope_scale);
-            const int fused = m->numerics == EL_NUMERICS_LLAMACPP;
+            const int fused = m->ops->rope_fused;
             el_rope_apply(m->q + i * QD, NH, HD, (size_t)d->n_rot, cs, d->rope_neox, fused);
             el_rope_apply(m->k + i * KVD, NKV, HD, (size_t)d->n_rot, cs, d->rope_neox, fused);
         }
         el_kv_store(m, c, m->k, m->v, n, pos0);
         el_attn_args a = {m->q, n, m->q_pos, NH, NKV, HD, m->kv_type, c->k, c->v, c->pos, (size_t)c->n_used,
                           L->window, d->attn_scale, m->att, m->attn_scratch};
-        if (m->numerics == EL_NUMERICS_LLAMACPP) llx_attention(m, c, &a);
-        else el_attention_run(m->pool, &a);
-        mm(m, &L->wo, m->att, n, m->o);
+        m->ops->attention(m, c, &a);
+        const el_tensor *wo = &L->wo;
+        const mm_input att = quantize_input(m, m->att, n, &wo, 1);
+        mm(m, wo, &att, m->o);
         /* past the last attention only the rows whose logits are wanted matter; llama.cpp drops the
          * others here too, so the rest of the layer runs on the same batch sizes as there */
         const size_t r0 = (il == d->n_layer - 1 && !all_logits) ? n - 1 : 0, nr = n - r0;
@@ -133,12 +126,13 @@ static int eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, floa
 
         /* feed-forward block */
         norm_rows(m->xn, x, &L->ffn_norm, nr, E, d->norm_eps);
-        invalidate(m);
-        mm(m, &L->w_gate, m->xn, nr, m->g);
-        mm(m, &L->w_up, m->xn, nr, m->u);
+        const el_tensor *gate_up[2] = {&L->w_gate, &L->w_up}, *down = &L->w_down;
+        const mm_input xf = quantize_input(m, m->xn, nr, gate_up, 2);
+        mm(m, &L->w_gate, &xf, m->g);
+        mm(m, &L->w_up, &xf, m->u);
         glu(m, nr, F);
-        invalidate(m);
-        mm(m, &L->w_down, m->g, nr, m->o);
+        const mm_input gu = quantize_input(m, m->g, nr, &down, 1);
+        mm(m, down, &gu, m->o);
         if (L->ffn_post_norm.data) norm_rows(m->o, m->o, &L->ffn_post_norm, nr, E, d->norm_eps);
         el_add(x, x, m->o, nr * E);
     }
@@ -146,8 +140,9 @@ static int eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, floa
     /* output: only the rows whose logits are wanted */
     const size_t first = all_logits ? 0 : n - 1, rows = all_logits ? n : 1;
     norm_rows(m->xn, m->x + first * E, &d->output_norm, rows, E, d->norm_eps);
-    invalidate(m);
-    mm(m, d->output.data ? &d->output : &d->tok_embd, m->xn, rows, logits);
+    const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
+    const mm_input xo = quantize_input(m, m->xn, rows, &out, 1);
+    mm(m, out, &xo, logits);
     return EL_OK;
 }
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "checked.h"
 #include "model.h"
 #include "ops.h"
 #include "quants.h"
@@ -74,10 +75,10 @@ static void rerotate(el_model *m, char *kslot, const float *cs) {
     for (int32_t h = 0; h < m->d.n_head_kv; h++) {
         char *r = kslot + (size_t)h * row;
         if (m->kv_type == EL_TYPE_F32) {
-            el_rope_apply((float *)r, 1, hd, (size_t)m->d.n_rot, cs, m->d.rope_neox, m->numerics == EL_NUMERICS_LLAMACPP);
+            el_rope_apply((float *)r, 1, hd, (size_t)m->d.n_rot, cs, m->d.rope_neox, m->ops->rope_fused);
         } else {
             tr->to_float(r, buf, hd);
-            el_rope_apply(buf, 1, hd, (size_t)m->d.n_rot, cs, m->d.rope_neox, m->numerics == EL_NUMERICS_LLAMACPP);
+            el_rope_apply(buf, 1, hd, (size_t)m->d.n_rot, cs, m->d.rope_neox, m->ops->rope_fused);
             tr->from_float(buf, r, hd);
         }
     }
@@ -137,14 +138,16 @@ static int shift_held(el_model *m, int32_t n_keep, int32_t n_discard) {
 #define EL_STATE_VERSION 1u
 #define EL_STATE_HDR 8
 
+/* a layer's used slots fit in its allocated cache, but the blob adds headers: checked (checked.h) */
 static size_t layer_bytes(const el_model *m, const kv_layer *c) {
-    return 4 * sizeof(int32_t) + (size_t)c->n_used * (sizeof(int32_t) + 2 * el_kv_slot_bytes(m));
+    return el_size_add(4 * sizeof(int32_t), el_size_mul((size_t)c->n_used, sizeof(int32_t) + 2 * el_kv_slot_bytes(m)));
 }
 
+/* 0 when the blob would not fit size_t (then save and load refuse every size) */
 static size_t state_size_held(const el_model *m) {
     size_t n = EL_STATE_HDR * sizeof(int32_t);
-    for (int32_t il = 0; il < m->d.n_layer; il++) n += layer_bytes(m, &m->kv[il]);
-    return n;
+    for (int32_t il = 0; il < m->d.n_layer; il++) n = el_size_add(n, layer_bytes(m, &m->kv[il]));
+    return el_size_ok(n) ? n : 0;
 }
 
 static void header(const el_model *m, int32_t h[EL_STATE_HDR]) {
@@ -159,7 +162,7 @@ static void header(const el_model *m, int32_t h[EL_STATE_HDR]) {
 }
 
 static int state_save_held(const el_model *m, void *buf, size_t size) {
-    if (!buf || size != state_size_held(m)) return EL_EINVAL;
+    if (!buf || size == 0 || size != state_size_held(m)) return EL_EINVAL;
     char *p = buf;
     int32_t h[EL_STATE_HDR];
     header(m, h);
@@ -202,6 +205,7 @@ static int state_load_held(el_model *m, const void *buf, size_t size) {
         if (meta[0] != c->n_slots || meta[1] != c->ring || meta[2] < 0 || meta[2] >= c->n_slots || meta[3] < 0 ||
             meta[3] > c->n_slots)
             return EL_EINVAL;
+        /* meta[3] <= n_slots: no more than the layer's allocated cache, so no wrap */
         const size_t need = (size_t)meta[3] * (sizeof(int32_t) + 2 * slot);
         if ((size_t)(end - q) < need) return EL_EINVAL;
         for (int32_t s = 0; s < meta[3]; s++) {

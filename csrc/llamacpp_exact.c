@@ -7,11 +7,13 @@
  * fuses, its SIMD lanes as arrays, its horizontal sums as written by its intrinsics):
  *   ggml x86 build (AVX2 / AVX-512, llamafile sgemm, Q4_K repacked 8x8), flash attention off.
  * The lane structure is the one of ggml's kernels, not of this machine: the results are the same
- * on any CPU. The C here is the reference; the dispatch table's llx_* entries (arch/avx2_llamacpp.c)
+ * on any CPU. The C here is the reference; the ISA tables of el_llx_kernels (arch/avx2_llamacpp.c)
  * give its bits faster. Selected per model by el_model_set_numerics(EL_NUMERICS_LLAMACPP). */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
+#include "checked.h"
 #include "dispatch.h"
 #include "edgellama.h"
 #include "fp16.h"
@@ -247,17 +249,51 @@ static void ref_q8_0_nv(size_t n, const void *w, const void *a, size_t a_stride,
     for (size_t j = 0; j < nv; j++) out[j] = dot_q0(EL_TYPE_Q8_0, w, (const block_q8_0 *)((const char *)a + j * a_stride), n / QK8_0);
 }
 
-/* the per-row dots as el_vec_dot_fn (n values) for the dispatch table */
+/* the per-row dots as el_vec_dot_fn (n values) for the llx tables */
 static float ref_q5_0(size_t n, const void *w, const void *a) { return dot_q0(EL_TYPE_Q5_0, w, a, n / QK5_0); }
 static float ref_q8_0(size_t n, const void *w, const void *a) { return dot_q0(EL_TYPE_Q8_0, w, a, n / QK8_0); }
 static float ref_q4_1(size_t n, const void *w, const void *a) { return dot_q4_1(w, a, n / QK4_1); }
 static float ref_q6_K(size_t n, const void *w, const void *a) { return dot_q6_K(w, a, n / QK_K); }
 
-void el_llx_fill_scalar(el_vec_dot_fn table[EL_TYPE_COUNT]) {
-    table[EL_TYPE_Q5_0] = ref_q5_0;
-    table[EL_TYPE_Q8_0] = ref_q8_0;
-    table[EL_TYPE_Q4_1] = ref_q4_1;
-    table[EL_TYPE_Q6_K] = ref_q6_K;
+static float ref_kq(size_t hd, const float *q, const el_half *k, int tiny);
+static void ref_pv(size_t hd, float p, const el_half *v, float *lane);
+
+void el_llx_fill_scalar(el_llx_kernels *k) {
+    memset(k, 0, sizeof *k);
+    k->vec_dot[EL_TYPE_Q5_0] = ref_q5_0;
+    k->vec_dot[EL_TYPE_Q8_0] = ref_q8_0;
+    k->vec_dot[EL_TYPE_Q4_1] = ref_q4_1;
+    k->vec_dot[EL_TYPE_Q6_K] = ref_q6_K;
+    k->kq = ref_kq;
+    k->pv = ref_pv;
+    k->isums = ref_isums;
+    k->q8_0_nv = ref_q8_0_nv;
+}
+
+static el_llx_kernels g_scalar;
+#if defined(__x86_64__)
+static el_llx_kernels g_avx2, g_avx512;
+#endif
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void build_tables(void) {
+    el_llx_fill_scalar(&g_scalar);
+#if defined(__x86_64__)
+    g_avx2 = g_scalar;
+    el_llx_fill_avx2(&g_avx2);
+    g_avx512 = g_avx2;
+    el_llx_fill_avx512(&g_avx512);
+#endif
+}
+
+const el_llx_kernels *el_llx_kernels_for(const char *isa) {
+    pthread_once(&g_once, build_tables);
+#if defined(__x86_64__)
+    if (strcmp(isa, "avx2") == 0) return &g_avx2;
+    if (strcmp(isa, "avx512") == 0) return &g_avx512;
+#endif
+    (void)isa;
+    return &g_scalar;
 }
 
 /* ---- matmul ---- */
@@ -278,16 +314,17 @@ int el_llx_type_supported(int wtype, size_t cols) {
 
 size_t el_llx_act_bytes(int wtype, size_t cols, size_t n_vec) {
     const int at = act_type(wtype);
-    return at < 0 ? 0 : el_row_bytes(at, cols) * n_vec;
+    return at < 0 ? 0 : el_size_mul(el_row_bytes(at, cols), n_vec); /* SIZE_MAX: does not fit */
 }
 
 typedef struct {
     int wtype;
     const void *w;
     size_t rows, cols, n_vec, ldy, wrow, arow;
-    const float *x;
+    const float *x;    /* quantize: the float rows */
     float *y;
-    void *act;
+    const void *act;   /* matmul: the quantized rows */
+    void *qout;        /* quantize: where they go */
     el_vec_dot_fn dot; /* the per-row dot of this ISA (types other than Q4_K) */
 } llx_mm;
 
@@ -297,7 +334,7 @@ static void llx_quantize(void *p, int ith, int nth) {
     el_split(t->n_vec, ith, nth, &v0, &v1);
     const int at = act_type(t->wtype);
     for (size_t v = v0; v < v1; v++) {
-        void *dst = (char *)t->act + v * t->arow;
+        void *dst = (char *)t->qout + v * t->arow;
         if (at == EL_TYPE_Q8_0) quantize_q8_0_x86(t->x + v * t->cols, dst, t->cols);
         else if (at == EL_TYPE_Q8_1) quantize_q8_1_x86(t->x + v * t->cols, dst, t->cols);
         else el_get_type_traits(EL_TYPE_Q8_K)->from_float(t->x + v * t->cols, dst, t->cols);
@@ -313,7 +350,7 @@ static void llx_rows(void *p, int ith, int nth) {
     const int q6_tiled = t->wtype == EL_TYPE_Q6_K && t->n_vec >= 8;
     if (t->wtype == EL_TYPE_Q4_K || q6_tiled) {
         kblock ub[KROW_MAX]; /* el_llx_type_supported: K-quant rows have at most KROW_MAX super-blocks */
-        const isums_fn isums = el_kern()->llx_isums;
+        const isums_fn isums = el_kern()->llx->isums;
         for (size_t r = r0; r < r1; r++) {
             unpack_k_row(t->wtype, (const char *)t->w + r * t->wrow, nb, ub);
             for (size_t v = 0; v < t->n_vec; v++) {
@@ -326,7 +363,7 @@ static void llx_rows(void *p, int ith, int nth) {
     if ((t->wtype == EL_TYPE_Q5_0 || t->wtype == EL_TYPE_Q8_0) && t->n_vec > 1 && nb <= Q5_ROW_MAX) {
         /* a batch: each weight row (Q5_0 re-blocked as Q8_0: same levels, same d, so the very same
          * operations) against all the activation rows, the weights loaded once per block */
-        const el_vec_dot_nv_fn dot_nv = el_kern()->llx_q8_0_nv;
+        const el_vec_dot_nv_fn dot_nv = el_kern()->llx->q8_0_nv;
         block_q8_0 row[Q5_ROW_MAX];
         float out[LLX_NV];
         for (size_t r = r0; r < r1; r++) {
@@ -354,12 +391,22 @@ static void llx_rows(void *p, int ith, int nth) {
     }
 }
 
+void el_llx_quantize(el_pool *pool, int wtype, const float *x, size_t cols, size_t n_vec, void *act) {
+    llx_mm t = {wtype, NULL, 0, cols, n_vec, 0, 0, el_row_bytes(act_type(wtype), cols), x, NULL, NULL, act, NULL};
+    el_pool_run(pool, llx_quantize, &t);
+}
+
+void el_llx_matmul_act(el_pool *pool, int wtype, const void *w, size_t rows, size_t cols, const void *act,
+                       size_t n_vec, float *y, size_t ldy) {
+    llx_mm t = {wtype, w, rows, cols, n_vec, ldy, el_row_bytes(wtype, cols), el_row_bytes(act_type(wtype), cols),
+                NULL, y, act, NULL, el_kern()->llx->vec_dot[wtype]};
+    el_pool_run(pool, llx_rows, &t);
+}
+
 void el_llx_matmul(el_pool *pool, int wtype, const void *w, size_t rows, size_t cols, const float *x,
                    size_t n_vec, float *y, size_t ldy, void *act) {
-    llx_mm t = {wtype, w, rows, cols, n_vec, ldy, el_row_bytes(wtype, cols), el_row_bytes(act_type(wtype), cols),
-                x, y, act, el_kern()->llx_vec_dot[wtype]};
-    el_pool_run(pool, llx_quantize, &t);
-    el_pool_run(pool, llx_rows, &t);
+    el_llx_quantize(pool, wtype, x, cols, n_vec, act);
+    el_llx_matmul_act(pool, wtype, w, rows, cols, act, n_vec, y, ldy);
 }
 
 /* ---- attention ---- */
@@ -387,7 +434,8 @@ HOT void el_llx_swiglu(float *g, const float *u, size_t n) {
 }
 
 size_t el_llx_attn_scratch_floats(size_t n_cells, size_t head_dim, int n_threads) {
-    return (size_t)n_threads * (head_dim + n_cells + head_dim * 64);
+    /* SIZE_MAX (checked.h): does not fit size_t */
+    return el_size_mul((size_t)n_threads, el_size_add(el_size_add(head_dim, n_cells), el_size_mul(head_dim, 64)));
 }
 
 typedef struct {
@@ -422,17 +470,10 @@ static void ref_pv(size_t hd, float p, const el_half *v, float *lane) {
     for (size_t d = 0; d < hd; d++) lane[d] = fmaf(el_fp16_to_fp32(v[d]), p, lane[d]);
 }
 
-void el_llx_fill_scalar_attention(el_kernels *k) {
-    k->llx_kq = ref_kq;
-    k->llx_pv = ref_pv;
-    k->llx_isums = ref_isums;
-    k->llx_q8_0_nv = ref_q8_0_nv;
-}
-
 static void llx_attn_items(void *p, int ith, int nth) {
     const llx_attn *x = p;
     const el_attn_args *a = x->a;
-    const el_kernels *kern = el_kern();
+    const el_llx_kernels *kern = el_kern()->llx;
     const size_t HD = a->head_dim, NC = x->n_cells, group = a->n_head / a->n_head_kv;
     /* prefill runs llamafile's tinyBLAS (16 lanes, one accumulator) when the row length allows it,
      * decode ggml_vec_dot_f16 (4 x 16 lanes) */
@@ -451,7 +492,7 @@ static void llx_attn_items(void *p, int ith, int nth) {
         for (size_t j = 0; j < a->n_kv; j++) {
             const int32_t c = a->kv_pos[j];
             if (!visible(a, c, qp)) continue;
-            const float dot = kern->llx_kq(HD, qf, (const el_half *)a->k + (j * a->n_head_kv + hk) * HD, tiny_kq);
+            const float dot = kern->kq(HD, qf, (const el_half *)a->k + (j * a->n_head_kv + hk) * HD, tiny_kq);
             s[c] = x->scale_q ? dot : dot * a->scale;
         }
         /* softmax: ggml_vec_soft_max_f32 in chunks of 16, chunk sums accumulated in double */
@@ -470,7 +511,7 @@ static void llx_attn_items(void *p, int ith, int nth) {
         for (size_t j = 0; j < a->n_kv; j++) {
             const int32_t c = a->kv_pos[j];
             if (!visible(a, c, qp)) continue;
-            kern->llx_pv(HD, s[c], (const el_half *)a->v + (j * a->n_head_kv + hk) * HD, acc + ((size_t)c % lanes) * HD);
+            kern->pv(HD, s[c], (const el_half *)a->v + (j * a->n_head_kv + hk) * HD, acc + ((size_t)c % lanes) * HD);
         }
         float *out = a->out + (t * a->n_head + h) * HD;
         for (size_t d = 0; d < HD; d++) {

@@ -9,22 +9,45 @@
 #include <stdint.h>
 
 #include "attention.h"
+#include "dispatch.h"
 #include "quants.h"
 #include "pool.h"
 
-/* The scalar references of the per-row dots (Q5_0, Q8_0, Q4_1, Q6_K) into a dispatch table's
- * llx_vec_dot; SIMD files override them with bit-identical versions. */
-void el_llx_fill_scalar(el_vec_dot_fn table[EL_TYPE_COUNT]);
-
-/* activation rows per call of a dispatch table's llx_q8_0_nv */
+/* activation rows per call of an llx table's q8_0_nv */
 #define LLX_NV 8
+
+/* The kernels of llama.cpp's order, one table per ISA: every entry gives the scalar reference's bits
+ * (the order is llama.cpp's, not the CPU's), SIMD only makes it faster. */
+typedef struct el_llx_kernels {
+    el_vec_dot_fn vec_dot[EL_TYPE_COUNT]; /* per-row dots by weight type: Q5_0, Q8_0, Q4_1, Q6_K */
+    /* one KQ score of an fp16 key (tinyBLAS 16 lanes or vec_dot_f16 4 x 16) and one cell of KQV
+     * (lane[d] += v[d] p) */
+    float (*kq)(size_t hd, const float *q, const el_half *k, int tiny);
+    void (*pv)(size_t hd, float p, const el_half *v, float *lane);
+    /* integer dots of the len-value runs (16 or 32) of 256 levels, |q| <= 32 (K-quant batches) */
+    void (*isums)(const int8_t *q, const int8_t *a, int len, int32_t *out);
+    /* Q8_0 blocks x up to LLX_NV activation rows, each output with vec_dot[Q8_0]'s bits */
+    el_vec_dot_nv_fn q8_0_nv;
+} el_llx_kernels;
+
+/* The table of an ISA (dispatch.c's fill() points el_kernels.llx at it): "avx2" and "avx512" on
+ * x86-64, the scalar references otherwise. Built once. */
+const el_llx_kernels *el_llx_kernels_for(const char *isa);
+void el_llx_fill_scalar(el_llx_kernels *k);   /* llamacpp_exact.c */
+void el_llx_fill_avx2(el_llx_kernels *k);     /* arch/avx2_llamacpp.c, x86-64 only */
+void el_llx_fill_avx512(el_llx_kernels *k);   /* arch/avx512_llamacpp.c, x86-64 only; over avx2's */
 
 /* 1 if llama.cpp's order is implemented for this weight type and row length */
 int el_llx_type_supported(int wtype, size_t cols);
 /* bytes of the quantized activations of n_vec rows of cols floats for wtype */
 size_t el_llx_act_bytes(int wtype, size_t cols, size_t n_vec);
-/* y[v * ldy + r] = W[r] . x[v] as ggml computes it: x quantized by ggml's x86 from_float, each
- * output summed in ggml's SIMD lanes. act: el_llx_act_bytes scratch. */
+/* x (n_vec rows of cols floats) quantized for wtype as ggml's x86 from_float does, into act
+ * (el_llx_act_bytes bytes; the block formats of el_quantize_act's, other roundings) */
+void el_llx_quantize(el_pool *pool, int wtype, const float *x, size_t cols, size_t n_vec, void *act);
+/* y[v * ldy + r] = W[r] . act[v] as ggml computes it, each output summed in ggml's SIMD lanes */
+void el_llx_matmul_act(el_pool *pool, int wtype, const void *w, size_t rows, size_t cols, const void *act,
+                       size_t n_vec, float *y, size_t ldy);
+/* both: x quantized into the scratch act, then multiplied */
 void el_llx_matmul(el_pool *pool, int wtype, const void *w, size_t rows, size_t cols, const float *x,
                    size_t n_vec, float *y, size_t ldy, void *act);
 

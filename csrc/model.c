@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "checked.h"
 #include "llamacpp_exact.h"
 #include "matmul.h"
 #include "model.h"
@@ -74,24 +75,27 @@ static size_t max_act(const el_model_desc *d, int kind, size_t n_batch) {
     /* the largest activation block any matmul of this kind consumes */
     size_t best = 0;
     const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
-    if (el_act_kind(out->type) == kind) best = el_act_bytes(out->type, (size_t)out->ne0, n_batch);
+    if (el_act_kind(out->type) == kind) best = el_size_mul(el_act_bytes(out->type, (size_t)out->ne0, 1), n_batch);
     for (int32_t il = 0; il < d->n_layer; il++) {
         const el_tensor *ws[7];
         layer_matmuls(&d->layers[il], ws);
         for (int i = 0; i < 7; i++)
             if (el_act_kind(ws[i]->type) == kind) {
-                size_t b = el_act_bytes(ws[i]->type, (size_t)ws[i]->ne0, n_batch);
+                size_t b = el_size_mul(el_act_bytes(ws[i]->type, (size_t)ws[i]->ne0, 1), n_batch);
                 best = b > best ? b : best;
             }
     }
     return best;
 }
 
-static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
+static size_t llx_cells(int32_t n_ctx) { return ((size_t)n_ctx + 63) & ~(size_t)63; } /* n_ctx <= 2^24 */
 
-/* The sizes behind el_model_plan and el_model_create: one computation, so the plan is the truth. */
-static void scratch_sizes(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, int n_threads,
-                          size_t sizes[EL_SCRATCH_BUFS + ACT_KINDS]) {
+/* The table behind el_model_plan, el_model_create, el_model_numerics_bytes and el_model_set_numerics:
+ * one computation of every buffer's size and place, so the plan is the truth. block[0]: bytes of the
+ * native block, block[1]: of the llama.cpp numerics' block (offsets start at 0 in each, every buffer
+ * on a cache line). Saturating arithmetic (checked.h): SIZE_MAX when a size does not fit size_t. */
+static void scratch_table(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, int n_threads,
+                          el_span t[SC_COUNT], size_t block[2]) {
     const size_t E = (size_t)d->n_embd, HD = (size_t)d->head_dim, B = (size_t)n_batch;
     const size_t QD = (size_t)d->n_head * HD, KVD = (size_t)d->n_head_kv * HD, F = (size_t)d->n_ff;
     int32_t max_slots = 0;
@@ -99,21 +103,43 @@ static void scratch_sizes(const el_model_desc *d, int32_t n_ctx, int32_t n_batch
         int32_t s = el_kv_layer_slots(d->layers[il].window, n_ctx, n_batch);
         max_slots = s > max_slots ? s : max_slots;
     }
-    size_t i = 0;
-    sizes[i++] = B * E * 4;                     /* x */
-    sizes[i++] = B * E * 4;                     /* xn */
-    sizes[i++] = B * QD * 4;                    /* q */
-    sizes[i++] = B * KVD * 4;                   /* k */
-    sizes[i++] = B * KVD * 4;                   /* v */
-    sizes[i++] = B * QD * 4;                    /* att */
-    sizes[i++] = B * (E > QD ? E : QD) * 4;     /* o */
-    sizes[i++] = B * F * 4;                     /* g */
-    sizes[i++] = B * F * 4;                     /* u */
-    sizes[i++] = B * HD * 4;                    /* cs: rope cos/sin per token */
-    sizes[i++] = B * 4;                         /* q_pos */
-    sizes[i++] = el_attention_scratch_floats((size_t)max_slots, (size_t)d->n_head, (size_t)d->n_head_kv, HD, n_threads) * 4;
-    sizes[i++] = d->act == EL_ACT_GELU ? 65536 * sizeof(el_half) : 0; /* gelu_table */
-    for (int k = 0; k < ACT_KINDS; k++) sizes[i++] = max_act(d, k, B);
+    t[SC_X].size = el_size_mul3(B, E, 4);
+    t[SC_XN].size = el_size_mul3(B, E, 4);
+    t[SC_Q].size = el_size_mul3(B, QD, 4);
+    t[SC_K].size = el_size_mul3(B, KVD, 4);
+    t[SC_V].size = el_size_mul3(B, KVD, 4);
+    t[SC_ATT].size = el_size_mul3(B, QD, 4);
+    t[SC_O].size = el_size_mul3(B, E > QD ? E : QD, 4);
+    t[SC_G].size = el_size_mul3(B, F, 4);
+    t[SC_U].size = el_size_mul3(B, F, 4);
+    t[SC_CS].size = el_size_mul3(B, HD, 4);
+    t[SC_Q_POS].size = el_size_mul(B, sizeof(int32_t));
+    t[SC_ATTN].size = el_size_mul(
+        el_attention_scratch_floats((size_t)max_slots, (size_t)d->n_head, (size_t)d->n_head_kv, HD, n_threads),
+        sizeof(float));
+    t[SC_GELU].size = d->act == EL_ACT_GELU ? 65536 * sizeof(el_half) : 0;
+    for (int k = ACT_Q8_0; k < ACT_KINDS; k++) t[SC_ACT_Q8_0 + k - ACT_Q8_0].size = max_act(d, k, B);
+    t[SC_LLX_ATTN].size =
+        el_size_mul(el_llx_attn_scratch_floats(llx_cells(n_ctx), HD, n_threads), sizeof(float));
+    const int first[2] = {0, SC_NATIVE_END}, end[2] = {SC_NATIVE_END, SC_COUNT};
+    for (int b = 0; b < 2; b++) {
+        size_t off = 0;
+        for (int i = first[b]; i < end[b]; i++) {
+            t[i].offset = off;
+            off = el_size_add(off, el_size_round64(t[i].size));
+        }
+        block[b] = off;
+    }
+}
+
+/* KV cache bytes of the whole model (SIZE_MAX: does not fit size_t) */
+static size_t kv_total(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, int kv_type) {
+    const size_t slot = el_size_mul(el_kv_row_bytes(kv_type, (size_t)d->head_dim), (size_t)d->n_head_kv);
+    const size_t per_slot = el_size_add(el_size_mul(2, slot), sizeof(int32_t)); /* K, V and the position */
+    size_t kv = 0;
+    for (int32_t il = 0; il < d->n_layer; il++)
+        kv = el_size_add(kv, el_size_mul(per_slot, (size_t)el_kv_layer_slots(d->layers[il].window, n_ctx, n_batch)));
+    return kv;
 }
 
 static int plan(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, int kv_type, int n_threads,
@@ -122,15 +148,13 @@ static int plan(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, int kv_t
     if (kv_type != EL_TYPE_F16 && kv_type != EL_TYPE_Q8_0 && kv_type != EL_TYPE_F32) return EL_EUNSUPPORTED;
     int st = desc_ok(d);
     if (st != EL_OK) return st;
-    const size_t row = el_kv_row_bytes(kv_type, (size_t)d->head_dim);
-    if (row == 0) return EL_EINVAL;
-    size_t kv = 0;
-    for (int32_t il = 0; il < d->n_layer; il++)
-        kv += 2 * row * (size_t)d->n_head_kv * (size_t)el_kv_layer_slots(d->layers[il].window, n_ctx, n_batch) +
-              sizeof(int32_t) * (size_t)el_kv_layer_slots(d->layers[il].window, n_ctx, n_batch);
-    size_t sizes[EL_SCRATCH_BUFS + ACT_KINDS], total = 0;
-    scratch_sizes(d, n_ctx, n_batch, n_threads, sizes);
-    for (size_t i = 0; i < EL_SCRATCH_BUFS + ACT_KINDS; i++) total += round64(sizes[i]);
+    if (el_kv_row_bytes(kv_type, (size_t)d->head_dim) == 0) return EL_EINVAL;
+    el_span t[SC_COUNT];
+    size_t block[2];
+    scratch_table(d, n_ctx, n_batch, n_threads, t, block);
+    const size_t kv = kv_total(d, n_ctx, n_batch, kv_type), total = block[0];
+    /* more than this machine's size_t can count (a 32-bit build): refused before any allocation */
+    if (!el_size_ok(kv) || !el_size_ok(total) || !el_size_ok(el_size_add(kv, total))) return EL_ENOMEM;
     *kv_bytes = kv;
     *scratch_bytes = total;
     return EL_OK;
@@ -156,6 +180,7 @@ int el_model_create(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int
     m->n_ctx = n_ctx;
     m->n_batch = n_batch;
     m->kv_type = kv_type;
+    m->ops = el_numerics_ops_of(EL_NUMERICS_NATIVE);
     m->layers = calloc((size_t)desc->n_layer, sizeof *m->layers);
     m->kv = calloc((size_t)desc->n_layer, sizeof *m->kv);
     if (!m->layers || !m->kv) goto nomem;
@@ -167,6 +192,7 @@ int el_model_create(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int
         kv_layer *c = &m->kv[il];
         c->n_slots = el_kv_layer_slots(m->layers[il].window, n_ctx, n_batch);
         c->ring = c->n_slots < n_ctx;
+        /* plan() checked the sum of these products, so none of them wraps */
         c->k = malloc(slot * (size_t)c->n_slots);
         c->v = malloc(slot * (size_t)c->n_slots);
         c->pos = malloc(sizeof(int32_t) * (size_t)c->n_slots);
@@ -175,25 +201,30 @@ int el_model_create(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int
         m->kv_bytes += 2 * slot * (size_t)c->n_slots + sizeof(int32_t) * (size_t)c->n_slots;
     }
 
-    size_t sizes[EL_SCRATCH_BUFS + ACT_KINDS];
-    scratch_sizes(desc, n_ctx, n_batch, el_pool_threads(pool), sizes);
-    if (posix_memalign(&m->block, 64, scratch_total) != 0) {
+    el_span t[SC_COUNT];
+    size_t block[2];
+    scratch_table(desc, n_ctx, n_batch, el_pool_threads(pool), t, block);
+    if (posix_memalign(&m->block, 64, block[0]) != 0) {
         m->block = NULL;
         goto nomem;
     }
-    m->scratch_bytes = scratch_total;
-    char *p = m->block;
-    void *bufs[EL_SCRATCH_BUFS + ACT_KINDS];
-    for (size_t i = 0; i < EL_SCRATCH_BUFS + ACT_KINDS; i++) {
-        bufs[i] = p;
-        p += round64(sizes[i]);
-    }
-    m->x = bufs[0]; m->xn = bufs[1]; m->q = bufs[2]; m->k = bufs[3]; m->v = bufs[4]; m->att = bufs[5];
-    m->o = bufs[6]; m->g = bufs[7]; m->u = bufs[8]; m->cs = bufs[9]; m->q_pos = bufs[10];
-    m->attn_scratch = bufs[11];
-    m->gelu_table = bufs[12];
+    m->scratch_bytes = block[0];
+    char *b = m->block;
+    m->x = (float *)(b + t[SC_X].offset);
+    m->xn = (float *)(b + t[SC_XN].offset);
+    m->q = (float *)(b + t[SC_Q].offset);
+    m->k = (float *)(b + t[SC_K].offset);
+    m->v = (float *)(b + t[SC_V].offset);
+    m->att = (float *)(b + t[SC_ATT].offset);
+    m->o = (float *)(b + t[SC_O].offset);
+    m->g = (float *)(b + t[SC_G].offset);
+    m->u = (float *)(b + t[SC_U].offset);
+    m->cs = (float *)(b + t[SC_CS].offset);
+    m->q_pos = (int32_t *)(b + t[SC_Q_POS].offset);
+    m->attn_scratch = (float *)(b + t[SC_ATTN].offset);
+    m->gelu_table = (el_half *)(b + t[SC_GELU].offset);
     if (desc->act == EL_ACT_GELU) el_gelu_table_fill(m->gelu_table);
-    for (int k = 0; k < ACT_KINDS; k++) m->act[k] = bufs[EL_SCRATCH_BUFS + k];
+    for (int k = ACT_Q8_0; k < ACT_KINDS; k++) m->act[k] = b + t[SC_ACT_Q8_0 + k - ACT_Q8_0].offset;
     *out = m;
     return EL_OK;
 nomem:
@@ -212,41 +243,29 @@ void el_model_free(el_model *m) {
     free(m->kv);
     free(m->layers);
     free(m->block);
-    free(m->llx_act);
-    free(m->llx_scratch);
+    free(m->llx_block);
     if (m->pool) el_pool_unref(m->pool);
     free(m);
 }
 
-/* every matmul weight of the model has a llama.cpp-order kernel (Q4_K: only as ggml repacks it) */
+/* a llama.cpp-order kernel exists for w (Q4_K: only as ggml repacks it, 8 rows at a time), and its
+ * activations fit the native SC_ACT_* buffers they are quantized into (same block formats) */
+static int llx_weight_ok(const el_tensor *w) {
+    const size_t cols = (size_t)w->ne0;
+    return el_llx_type_supported(w->type, cols) && !(w->type == EL_TYPE_Q4_K && w->ne1 % 8) &&
+           el_llx_act_bytes(w->type, cols, 1) == el_act_bytes(w->type, cols, 1);
+}
+
+/* every matmul weight of the model has one */
 static int llx_weights_ok(const el_model_desc *d) {
-    const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
-    if (!el_llx_type_supported(out->type, (size_t)out->ne0)) return 0;
+    if (!llx_weight_ok(d->output.data ? &d->output : &d->tok_embd)) return 0;
     for (int32_t il = 0; il < d->n_layer; il++) {
         const el_tensor *ws[7];
         layer_matmuls(&d->layers[il], ws);
         for (int i = 0; i < 7; i++)
-            if (!el_llx_type_supported(ws[i]->type, (size_t)ws[i]->ne0) || (ws[i]->type == EL_TYPE_Q4_K && ws[i]->ne1 % 8))
-                return 0;
+            if (!llx_weight_ok(ws[i])) return 0;
     }
     return 1;
-}
-
-/* what EL_NUMERICS_LLAMACPP allocates: quantized activations for a batch, attention scratch per thread */
-static void llx_sizes(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, int n_threads, size_t *act,
-                      size_t *scratch_floats, size_t *cells) {
-    const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
-    *act = el_llx_act_bytes(out->type, (size_t)out->ne0, (size_t)n_batch);
-    for (int32_t il = 0; il < d->n_layer; il++) {
-        const el_tensor *ws[7];
-        layer_matmuls(&d->layers[il], ws);
-        for (int i = 0; i < 7; i++) {
-            const size_t b = el_llx_act_bytes(ws[i]->type, (size_t)ws[i]->ne0, (size_t)n_batch);
-            *act = b > *act ? b : *act;
-        }
-    }
-    *cells = ((size_t)n_ctx + 63) & ~(size_t)63;
-    *scratch_floats = el_llx_attn_scratch_floats(*cells, (size_t)d->head_dim, n_threads);
 }
 
 size_t el_model_numerics_bytes(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int n_threads,
@@ -254,33 +273,35 @@ size_t el_model_numerics_bytes(const el_model_desc *desc, int32_t n_ctx, int32_t
     if (!desc || numerics != EL_NUMERICS_LLAMACPP || n_ctx <= 0 || n_batch <= 0 || n_threads < 1 ||
         desc_ok(desc) != EL_OK || !llx_weights_ok(desc))
         return 0;
-    size_t act, floats, cells;
-    llx_sizes(desc, n_ctx, n_batch > n_ctx ? n_ctx : n_batch, n_threads, &act, &floats, &cells);
-    return act + floats * sizeof(float);
+    el_span t[SC_COUNT];
+    size_t block[2];
+    scratch_table(desc, n_ctx, n_batch > n_ctx ? n_ctx : n_batch, n_threads, t, block);
+    return el_size_ok(block[1]) ? block[1] : 0;
 }
 
 static int set_numerics_held(el_model *m, int numerics) {
+    const el_numerics_ops *ops = el_numerics_ops_of(numerics);
+    if (!ops) return EL_EINVAL;
     if (numerics == EL_NUMERICS_NATIVE) {
-        m->numerics = numerics;
+        m->ops = ops;
         return EL_OK;
     }
-    if (numerics != EL_NUMERICS_LLAMACPP) return EL_EINVAL;
     if (m->kv_type != EL_TYPE_F16 || !llx_weights_ok(&m->d)) return EL_EUNSUPPORTED;
-    if (!m->llx_act) {
-        size_t act, floats;
-        llx_sizes(&m->d, m->n_ctx, m->n_batch, el_pool_threads(m->pool), &act, &floats, &m->llx_cells);
-        m->llx_act = malloc(act);
-        m->llx_scratch = malloc(floats * sizeof(float));
-        if (!m->llx_act || !m->llx_scratch) {
-            free(m->llx_act);
-            free(m->llx_scratch);
-            m->llx_act = NULL;
-            m->llx_scratch = NULL;
+    if (!m->llx_block) {
+        el_span t[SC_COUNT];
+        size_t block[2];
+        scratch_table(&m->d, m->n_ctx, m->n_batch, el_pool_threads(m->pool), t, block);
+        if (!el_size_ok(block[1])) return EL_ENOMEM;
+        if (posix_memalign(&m->llx_block, 64, block[1]) != 0) {
+            m->llx_block = NULL;
             return EL_ENOMEM;
         }
-        m->scratch_bytes += act + floats * sizeof(float);
+        char *b = m->llx_block;
+        m->llx_scratch = (float *)(b + t[SC_LLX_ATTN].offset);
+        m->llx_cells = llx_cells(m->n_ctx);
+        m->scratch_bytes += block[1];
     }
-    m->numerics = numerics;
+    m->ops = ops;
     return EL_OK;
 }
 

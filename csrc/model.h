@@ -3,6 +3,7 @@
 #ifndef EL_MODEL_H
 #define EL_MODEL_H
 
+#include "attention.h"
 #include "edgellama.h"
 #include "fp16.h"
 #include "pool.h"
@@ -18,7 +19,37 @@ typedef struct {
     int32_t n_used;   /* slots [0, n_used) may hold data; attention scans only those */
 } kv_layer;
 
-#define EL_SCRATCH_BUFS 13
+/* Every scratch buffer by name, placed by one table of {offset, size} (model.c: scratch_table) used
+ * by both the plan and the allocation. Two blocks: [0, SC_NATIVE_END) allocated by el_model_create,
+ * [SC_NATIVE_END, SC_COUNT) by el_model_set_numerics(EL_NUMERICS_LLAMACPP). */
+enum {
+    SC_X, SC_XN, SC_Q, SC_K, SC_V, SC_ATT, SC_O, SC_G, SC_U,
+    SC_CS,                                  /* rope cos/sin per token */
+    SC_Q_POS,
+    SC_ATTN,                                /* attention scratch (el_attention_scratch_floats) */
+    SC_GELU,                                /* GELU table (Gemma), else empty */
+    SC_ACT_Q8_0, SC_ACT_Q8_1, SC_ACT_Q8_K,  /* quantized activations, one per kind (ACT_Q8_0..) */
+    SC_NATIVE_END,
+    SC_LLX_ATTN = SC_NATIVE_END,            /* llama.cpp numerics: attention scratch (its quantized
+                                               activations share SC_ACT_*: the same block formats) */
+    SC_COUNT
+};
+typedef struct { size_t offset, size; } el_span;
+
+/* A numerics mode (enum el_numerics) as the operations of the pass that differ between modes
+ * (numerics.c): el_model_set_numerics picks the table, forward.c and kv_cache.c call through it. */
+typedef struct el_numerics_ops {
+    /* x (n_vec rows of cols floats) into act in the activation format of wtype's matmul */
+    void (*quantize)(el_pool *pool, int wtype, const float *x, size_t cols, size_t n_vec, void *act);
+    /* y[v * ldy + r] = W[r] . act[v], act from quantize (or the floats, for float weights) */
+    void (*matmul)(el_pool *pool, int wtype, const void *w, size_t rows, size_t cols, const void *act,
+                   size_t n_vec, float *y, size_t ldy);
+    void (*swiglu)(float *g, const float *u, size_t n); /* g = silu(g) * u */
+    void (*attention)(el_model *m, const kv_layer *c, const el_attn_args *a);
+    int rope_fused; /* el_rope_apply's fused form (llama.cpp's rounding of the rotation) */
+} el_numerics_ops;
+
+const el_numerics_ops *el_numerics_ops_of(int numerics); /* NULL: no such mode */
 
 struct el_model {
     el_model_desc d;
@@ -33,11 +64,10 @@ struct el_model {
     int32_t *q_pos;
     float *attn_scratch;
     el_half *gelu_table;             /* GELU of every fp16 value (Gemma), filled at creation */
-    void *act[ACT_KINDS];
-    const float *act_src[ACT_KINDS]; /* which input an activation buffer holds (NULL = stale) */
-    void *block;                     /* the single allocation behind all scratch */
-    int numerics;                    /* enum el_numerics */
-    void *llx_act;                   /* EL_NUMERICS_LLAMACPP: quantized activations */
+    void *act[ACT_KINDS];            /* [ACT_F32] unused: a float input is read in place */
+    void *block;                     /* the single allocation behind the native scratch */
+    const el_numerics_ops *ops;      /* the numerics mode (el_model_set_numerics) */
+    void *llx_block;                 /* the allocation behind the llama.cpp numerics' scratch */
     float *llx_scratch;              /* EL_NUMERICS_LLAMACPP: attention, per thread */
     size_t llx_cells;                /* cells the llama.cpp attention scratch holds */
 };

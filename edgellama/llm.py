@@ -291,7 +291,7 @@ class LLM(CompletionAPI):
     # ---- session save / restore (prompt cache) ----
     def _session_header(self) -> dict[str, object]:
         return {"model": session.model_fingerprint(self.path, self.file.data_offset), "n_ctx": self.n_ctx,
-                "n_batch": self.n_batch, "kv_type": self.kv_type}
+                "n_batch": self.n_batch, "kv_type": self.kv_type, "numerics": self.engine.numerics}
 
     def save_session(self, path: str | Path) -> None:
         """Writes the KV cache and the tokens it holds."""

@@ -1,6 +1,7 @@
 """Session files: the KV cache and the tokens it holds, saved so that a fixed prompt (a kiosk's system
 prompt) is evaluated once and reloaded at start. Validated on load: model fingerprint, context,
-batch and cache type must match, and the C side re-checks the blob's structure."""
+batch, cache type and numerics mode must match (a cache filled under llama.cpp's numerics holds other
+roundings than the native ones), and the C side re-checks the blob's structure."""
 
 from __future__ import annotations
 
@@ -50,6 +51,15 @@ def check_session_path(path: Path) -> None:
         raise SessionError(f"prompt cache {path}: folder {folder} is not writable")
 
 
+def _mismatch(key: str, saved: Any, want: Any) -> str:
+    if key == "model":
+        return "another model"
+    if key == "numerics":  # a cache filled under one mode's roundings does not continue another's
+        mode = "an unrecorded (older edgellama)" if saved is None else saved
+        return f"{mode} numerics, now {want} (its KV cache holds that mode's roundings)"
+    return f"{key}={saved!r}, now {want!r}"
+
+
 def save(path: Path, header: dict[str, Any], blob: bytes) -> None:
     meta = dict(header, version=VERSION, blob_bytes=len(blob), blob_sha256=hashlib.sha256(blob).hexdigest())
     head = json.dumps(meta, separators=(",", ":")).encode()
@@ -79,8 +89,7 @@ def load(path: Path, expect: dict[str, Any]) -> tuple[list[int], bytes]:
                 raise SessionError(f"{path}: unsupported session version {meta.get('version') if isinstance(meta, dict) else '?'}")
             for key, want in expect.items():
                 if meta.get(key) != want:
-                    what = "another model" if key == "model" else f"{key}={meta.get(key)!r}, now {want!r}"
-                    raise SessionError(f"{path} was saved for {what}")
+                    raise SessionError(f"{path} was saved for {_mismatch(key, meta.get(key), want)}")
             size = meta.get("blob_bytes")
             if not isinstance(size, int) or size < 0 or size > os.fstat(f.fileno()).st_size:
                 raise SessionError(f"{path}: damaged session (bad size)")

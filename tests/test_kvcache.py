@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_engine import _as_f32
+from test_engine import _as_f32, engine_heap_bytes, heap_matches_plan
 
 from edgellama import memplan
 from edgellama.llm import LLM, ContextFull
@@ -181,8 +181,10 @@ def test_budget_picks_the_largest_context_that_fits(smollm2_path: Path) -> None:
     assert plan.fits and plan.n_ctx < 8192
     assert not memplan.make_plan(desc, plan.n_ctx + 1, 512, "f16", 2, budget).fits
     with LLM(smollm2_path, mem_budget=budget, n_threads=2) as llm:
-        assert llm.n_ctx == plan.n_ctx
-        assert llm.engine.kv_bytes == plan.kv_cache and llm.engine.scratch_bytes == plan.scratch
+        assert (llm.n_ctx, llm.n_batch) == (plan.n_ctx, plan.n_batch)
+    # and an engine of that plan allocates what the plan counted (glibc's count, not the engine's)
+    [(got, mmapped)] = engine_heap_bytes(smollm2_path, [(plan.n_ctx, plan.n_batch, "f16", 2, "native")])
+    assert heap_matches_plan(desc, got, plan.kv_cache + plan.scratch, mmapped)
 
 
 def test_parse_size() -> None:
@@ -217,6 +219,17 @@ def test_session_mismatch_and_damage_are_clear_errors(smollm2_path: Path, gemma_
         other_ctx.load_session(sess)
     with LLM(gemma_path, n_ctx=128, n_batch=32) as other_model, pytest.raises(SessionError, match="another model"):
         other_model.load_session(sess)
+    # the numerics mode, both ways: a cache filled under one mode's roundings does not continue the other's
+    with LLM(smollm2_path, n_ctx=128, n_batch=32, numerics="llamacpp") as exact:
+        with pytest.raises(SessionError, match="saved for native numerics, now llamacpp"):
+            exact.load_session(sess)
+        assert exact.tokens == []
+        exact.eval([1, 2, 3, 4])
+        exact.save_session(tmp_path / "exact.session")
+    with LLM(smollm2_path, n_ctx=128, n_batch=32) as native:
+        with pytest.raises(SessionError, match="saved for llamacpp numerics, now native"):
+            native.load_session(tmp_path / "exact.session")
+        native.load_session(sess)  # its own mode still loads
     raw = bytearray(sess.read_bytes())
     raw[-10] ^= 0xFF
     (tmp_path / "bad.session").write_bytes(bytes(raw))

@@ -200,14 +200,14 @@ EL_AVX2 static void llx_isums(const int8_t *q, const int8_t *a, int len, int32_t
     }
 }
 
-void el_kernels_fill_avx2_llamacpp(el_kernels *k) {
-    k->llx_q8_0_nv = llx_q8_0_nv;
-    k->llx_isums = llx_isums;
-    k->llx_kq = llx_kq;
-    k->llx_pv = llx_pv;
-    k->llx_vec_dot[EL_TYPE_Q8_0] = llx_q8_0;
-    k->llx_vec_dot[EL_TYPE_Q5_0] = llx_q5_0;
-    k->llx_vec_dot[EL_TYPE_Q4_1] = llx_q4_1;
-    k->llx_vec_dot[EL_TYPE_Q6_K] = llx_q6_K;
+void el_llx_fill_avx2(el_llx_kernels *k) {
+    k->q8_0_nv = llx_q8_0_nv;
+    k->isums = llx_isums;
+    k->kq = llx_kq;
+    k->pv = llx_pv;
+    k->vec_dot[EL_TYPE_Q8_0] = llx_q8_0;
+    k->vec_dot[EL_TYPE_Q5_0] = llx_q5_0;
+    k->vec_dot[EL_TYPE_Q4_1] = llx_q4_1;
+    k->vec_dot[EL_TYPE_Q6_K] = llx_q6_K;
 }
 #endif

@@ -43,5 +43,5 @@ EL_AVX512_LLX static void llx_q8_0_nv_vnni(size_t n, const void *w, const void *
     }
 }
 
-void el_kernels_fill_avx512_llamacpp(el_kernels *k) { k->llx_q8_0_nv = llx_q8_0_nv_vnni; }
+void el_llx_fill_avx512(el_llx_kernels *k) { k->q8_0_nv = llx_q8_0_nv_vnni; }
 #endif

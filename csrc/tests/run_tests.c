@@ -1240,6 +1240,92 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* ------------------------------------------------------------------ sizes past 32 bits */
+
+/* A description whose tensors are fake pointers with consistent sizes: planning reads only the
+ * shapes, never the weights (nothing here is dereferenced or allocated). */
+typedef struct { el_layer layer; el_model_desc d; } fake_model;
+
+static el_tensor fake_tensor(int type, int64_t ne0, int64_t ne1) {
+    el_tensor t = {(const void *)(uintptr_t)64, el_row_bytes(type, (size_t)ne0) * (size_t)ne1, type, ne0, ne1};
+    return t;
+}
+
+static void fake_model_make(fake_model *f, int32_t n_ff) {
+    const int32_t E = 256, NH = 2, NKV = 1, HD = 128, V = 256;
+    memset(f, 0, sizeof *f);
+    el_layer *L = &f->layer;
+    L->attn_norm = fake_tensor(EL_TYPE_F32, E, 1);
+    L->ffn_norm = fake_tensor(EL_TYPE_F32, E, 1);
+    L->wq = fake_tensor(EL_TYPE_Q8_0, E, NH * HD);
+    L->wk = fake_tensor(EL_TYPE_Q8_0, E, NKV * HD);
+    L->wv = fake_tensor(EL_TYPE_Q8_0, E, NKV * HD);
+    L->wo = fake_tensor(EL_TYPE_Q8_0, NH * HD, E);
+    L->w_gate = fake_tensor(EL_TYPE_Q8_0, E, n_ff);
+    L->w_up = fake_tensor(EL_TYPE_Q8_0, E, n_ff);
+    L->w_down = fake_tensor(EL_TYPE_Q8_0, n_ff, E);
+    L->rope_base = 10000.0f, L->rope_scale = 1.0f;
+    el_model_desc *d = &f->d;
+    d->arch = EL_ARCH_LLAMA, d->act = EL_ACT_SILU;
+    d->n_layer = 1, d->n_embd = E, d->n_head = NH, d->n_head_kv = NKV, d->head_dim = HD, d->n_rot = HD;
+    d->n_ff = n_ff, d->n_vocab = V, d->norm_eps = 1e-5f, d->emb_scale = 1.0f, d->attn_scale = 0.088f;
+    d->tok_embd = fake_tensor(EL_TYPE_Q8_0, E, V);
+    d->output_norm = fake_tensor(EL_TYPE_F32, E, 1);
+    d->layers = &f->layer;
+}
+
+/* Shapes whose scratch or KV cache passes 4 GiB: a 32-bit build (armhf) must refuse them with
+ * EL_ENOMEM before allocating, never plan or allocate a wrapped size; a 64-bit build plans their
+ * true sizes (checked against bounds computed here in 64 bits). */
+static void test_size_overflow(rng_t *r) {
+    (void)r;
+    const int narrow = sizeof(size_t) < 8;
+    static fake_model f; /* static: a handle could keep pointers into it */
+    struct { int32_t n_ff, n_ctx, n_batch; int kv_type; const char *what; } cases[] = {
+        {1 << 18, 2048, 2048, EL_TYPE_F16, "g and u 2 GiB each: only their sum wraps"},
+        {1 << 18, 8192, 8192, EL_TYPE_F16, "B * n_ff * 4 = 8 GiB: one product wraps"},
+        {512, 1 << 24, 1, EL_TYPE_F32, "KV cache of 2^24 slots: 16 GiB"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fake_model_make(&f, cases[i].n_ff);
+        const uint64_t B = (uint64_t)cases[i].n_batch, slots = (uint64_t)cases[i].n_ctx;
+        const uint64_t row = cases[i].kv_type == EL_TYPE_F32 ? 4 * 128 : 2 * 128;
+        const uint64_t kv_want = slots * (2 * row * 1 + 4);
+        const uint64_t scratch_min = 2 * B * (uint64_t)cases[i].n_ff * 4 + 2 * B * 256 * 4; /* g, u, x, xn */
+        size_t kv = 1, scratch = 1;
+        const int st = el_model_plan(&f.d, cases[i].n_ctx, cases[i].n_batch, cases[i].kv_type, 4, &kv, &scratch);
+        /* the llama.cpp mode's own scratch (its activations share the native buffers): per thread q,
+         * the scores of every cell and 64 lanes of V sums */
+        for (int nth = 4; nth <= 64; nth *= 16) {
+            const uint64_t cells = ((uint64_t)cases[i].n_ctx + 63) / 64 * 64;
+            const uint64_t want = (uint64_t)nth * (128 + cells + 128 * 64) * 4; /* a multiple of 64 */
+            const size_t llx = el_model_numerics_bytes(&f.d, cases[i].n_ctx, cases[i].n_batch, nth, EL_NUMERICS_LLAMACPP);
+            check(want <= SIZE_MAX ? (uint64_t)llx == want : llx == 0, "numerics bytes of %s, %d threads: %zu, want %llu%s",
+                  cases[i].what, nth, llx, (unsigned long long)want, want <= SIZE_MAX ? "" : " (0: does not fit)");
+        }
+        if (narrow) {
+            check(st == EL_ENOMEM && kv == 1 && scratch == 1, "32-bit plan of %s: status %d, kv %zu, scratch %zu (want EL_ENOMEM, untouched)",
+                  cases[i].what, st, kv, scratch);
+            el_pool *pool = pool_of(2);
+            el_model *m = NULL;
+            const int cs = el_model_create(&f.d, pool, cases[i].n_ctx, cases[i].n_batch, cases[i].kv_type, &m);
+            check(cs == EL_ENOMEM && m == NULL, "32-bit create of %s: status %d (want EL_ENOMEM)", cases[i].what, cs);
+        } else {
+            check(st == EL_OK && (uint64_t)kv == kv_want && (uint64_t)scratch >= scratch_min,
+                  "64-bit plan of %s: status %d, kv %zu (want %llu), scratch %zu (want >= %llu)", cases[i].what, st, kv,
+                  (unsigned long long)kv_want, scratch, (unsigned long long)scratch_min);
+        }
+    }
+    /* the public attention sizes its own scratch: 2^30 slots need > 4 GiB of it */
+    if (narrow) {
+        float q[128] = {0}, out[128];
+        const int32_t qp = 0;
+        const int st = el_attention(q, 1, &qp, 1, 1, 128, EL_TYPE_F16, (const void *)(uintptr_t)64, (const void *)(uintptr_t)64,
+                                    (const int32_t *)(uintptr_t)64, (size_t)1 << 30, 0, 1.0f, out);
+        check(st == EL_ENOMEM, "32-bit el_attention over 2^30 slots: status %d (want EL_ENOMEM)", st);
+    }
+}
+
 /* ------------------------------------------------------------------ llama.cpp's float order */
 
 /* el_llx_*: every ISA gives the scalar references' bits (the order is llama.cpp's, not the CPU's),
@@ -1653,6 +1739,7 @@ int main(int argc, char **argv) {
                 {"dequant/quant", test_dequant_quant}, {"matmul", test_matmul},   {"ops", test_ops},
                 {"attention", test_attention}, {"vec_dot_nv", test_vec_dot_nv}, {"batch == single", test_matmul_batch},
                 {"pool", test_pool}, {"llama.cpp order", test_llamacpp_order}, {"model/threads", test_threads},
+                {"size overflow", test_size_overflow},
             };
             for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
                 const int f0 = g_fail, p0 = g_pass;
