@@ -241,19 +241,21 @@ def test_health_and_metrics_use_llama_server_names(server: ServerProc) -> None:
     assert 0 < m["llamacpp:kv_cache_usage_ratio"] <= 1
 
 
-def test_client_command_streams_and_exits_by_outcome(server: ServerProc) -> None:
-    def client(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "edgellama.cli", "client", "--socket", server.path, *args],
+def test_client_command_streams_and_exits_by_outcome(server: ServerProc, chat_server: ServerProc) -> None:
+    def client(srv: ServerProc, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "edgellama.cli", "client", "--socket", srv.path, *args],
                               input=stdin, check=False, capture_output=True, text=True, env=cli_env(), timeout=300)
 
-    ok = client("-n", "3", "--temp", "0", stdin="The sky is")
+    ok = client(server, "-n", "3", "--temp", "0", stdin="The sky is")
     assert ok.returncode == 0 and ok.stdout.strip(), ok.stderr
-    chat = client("--chat", "-n", "3", "--json", "Say hi.")
+    chat = client(chat_server, "--chat", "-n", "3", "--json", "Say hi.")
     events = [json.loads(line) for line in chat.stdout.splitlines()]
     assert chat.returncode == 0 and events[-1]["event"] == "done"
-    refused = client("--top-p", "5", "hi")
+    no_template = client(server, "--chat", "-n", "3", "Say hi.")  # the base model has no chat template
+    assert no_template.returncode == 3 and "edgellama pull" in no_template.stderr, no_template.stderr
+    refused = client(server, "--top-p", "5", "hi")
     assert refused.returncode == 3 and "bad_request" in refused.stderr
-    nobody = client("--socket", str(Path(server.path).with_name("none.sock")), "hi")
+    nobody = client(server, "--socket", str(Path(server.path).with_name("none.sock")), "hi")
     assert nobody.returncode == 1 and "cannot connect" in nobody.stderr
 
 
