@@ -169,6 +169,13 @@ int el_isa_set(const char *name) {
     return EL_OK;
 }
 
+int el_kernels_for_isa(const char *name, el_kernels *out) {
+    cpu_caps c = detect();
+    if (!name || !isa_ok(&c, name)) return EL_EUNSUPPORTED;
+    fill(out, name);
+    return EL_OK;
+}
+
 /* ---- scalar float helpers ---- */
 float el_dot_f32_scalar(size_t n, const float *a, const float *b) {
     float s = 0.0f;

@@ -54,6 +54,9 @@ typedef struct el_kernels {
 
 /* The active table (initialised on first use, best ISA unless EDGELLAMA_ISA says otherwise). */
 const el_kernels *el_kern(void);
+/* Fills out with ISA name's table without making it active (the test API compares ISAs' entries
+ * through it); EL_EUNSUPPORTED if this CPU/build lacks the ISA. */
+int el_kernels_for_isa(const char *name, el_kernels *out);
 
 /* Fillers: scalar sets every entry; the others override what they implement. */
 void el_kernels_fill_scalar(el_kernels *k);

@@ -15,6 +15,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Marks the functions the library exports (edgellama_test.h uses it too). */
+#if defined(__GNUC__) || defined(__clang__)
+#define EL_API __attribute__((visibility("default")))
+#else
+#define EL_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -10,7 +10,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -29,6 +28,7 @@ from edgellama.gguf.ggml_types import row_bytes
 from edgellama.llm import LLM
 from edgellama.native import kernels
 from edgellama.native.engine import Engine, Pool
+from edgellama.native.lib import check, ffi, lib
 
 # token that replaced each 512-token chunk's first token in llama.cpp's perplexity reference
 PPL_BOS = {"gemma": 2, "smollm2": 1, "qwen": 151643}
@@ -117,29 +117,7 @@ def test_what_this_order_cannot_reproduce_is_refused(smollm2_path: Path) -> None
         f.close()
 
 
-# ---- SIMD against the scalar references, through the internal entry points ----
-INTERNAL_CDEF = """
-typedef struct {
-    const float *q; size_t n_q; const int32_t *q_pos; size_t n_head, n_head_kv, head_dim;
-    int kv_type; const void *k, *v; const int32_t *kv_pos; size_t n_kv; int32_t window; float scale;
-    float *out; float *scratch;
-} el_attn_args;
-size_t el_llx_act_bytes(int wtype, size_t cols, size_t n_vec);
-void el_llx_matmul(void *pool, int wtype, const void *w, size_t rows, size_t cols, const float *x,
-                   size_t n_vec, float *y, size_t ldy, void *act);
-size_t el_llx_attn_scratch_floats(size_t n_cells, size_t head_dim, int n_threads);
-void el_llx_attention(void *pool, const el_attn_args *a, int scale_q, size_t n_cells, float *scratch);
-"""
-
-
-@pytest.fixture(scope="module")
-def internal() -> Any:
-    import cffi
-    import edgellama.native._edgellama_c as ext
-
-    ffi = cffi.FFI()
-    ffi.cdef(INTERNAL_CDEF)
-    return ffi, ffi.dlopen(ext.__file__)
+# ---- SIMD against the scalar references, through the test API (csrc/edgellama_test.h) ----
 
 
 def _random_blocks(wtype: int, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
@@ -148,17 +126,16 @@ def _random_blocks(wtype: int, rows: int, cols: int, rng: np.random.Generator) -
     return np.concatenate([kernels.quantize(r, wtype) for r in x])
 
 
-def _matmul(internal: Any, wtype: int, w: np.ndarray, rows: int, cols: int, x: np.ndarray, pool: Pool) -> np.ndarray:
-    ffi, lib = internal
+def _matmul(wtype: int, w: np.ndarray, rows: int, cols: int, x: np.ndarray, pool: Pool) -> np.ndarray:
     y = np.empty((x.shape[0], rows), np.float32)
-    act = ffi.new("char[]", lib.el_llx_act_bytes(wtype, cols, x.shape[0]))
-    lib.el_llx_matmul(ffi.cast("void *", pool.ptr), wtype, ffi.from_buffer(w), rows, cols,
-                      ffi.from_buffer("float[]", x), x.shape[0], ffi.from_buffer("float[]", y), rows, act)
+    check(lib.el_test_llx_matmul(pool.ptr, wtype, ffi.from_buffer(w), w.size, rows, cols,
+                                 ffi.from_buffer("float[]", x), x.shape[0], ffi.from_buffer("float[]", y)),
+          "llama.cpp-order matmul")
     return y
 
 
 @pytest.mark.parametrize("wtype,cols", [(T.Q8_0, 640), (T.Q5_0, 640), (T.Q4_1, 576), (T.Q6_K, 768), (T.Q4_K, 1024)])
-def test_simd_matmul_gives_the_scalar_bits(internal: Any, simd_isa: str, wtype: int, cols: int) -> None:
+def test_simd_matmul_gives_the_scalar_bits(simd_isa: str, wtype: int, cols: int) -> None:
     """Batches of 1..9 rows cover every path: vec_dot, the Q4_K gemv / gemm split at groups of 4, the
     tiled Q6_K kernel from 8 rows, the re-blocked Q5_0 of a batch."""
     rng = np.random.default_rng(wtype)
@@ -169,18 +146,17 @@ def test_simd_matmul_gives_the_scalar_bits(internal: Any, simd_isa: str, wtype: 
     for n in (1, 2, 5, 8, 9):
         x = (rng.standard_normal((n, cols)) * rng.uniform(0.01, 50.0, (n, 1))).astype(np.float32)
         kernels.set_isa("scalar")
-        want = _matmul(internal, wtype, w, rows, cols, x, pool)
+        want = _matmul(wtype, w, rows, cols, x, pool)
         kernels.set_isa(simd_isa)
-        got = _matmul(internal, wtype, w, rows, cols, x, pool)
+        got = _matmul(wtype, w, rows, cols, x, pool)
         np.testing.assert_array_equal(got, want, err_msg=f"{simd_isa} n_vec={n}")
         assert np.isfinite(want).all()
 
 
 @pytest.mark.parametrize("n_q,head_dim", [(1, 256), (5, 256), (1, 64), (7, 64), (1, 80), (3, 80)])
-def test_simd_attention_gives_the_scalar_bits(internal: Any, simd_isa: str, n_q: int, head_dim: int) -> None:
+def test_simd_attention_gives_the_scalar_bits(simd_isa: str, n_q: int, head_dim: int) -> None:
     """Decode (vec_dot_f16 lanes) and prefill (tinyBLAS lanes), head sizes with and without a tail
     past 64 / 16, GQA 4:2, a sliding window of 40 over 100 cached positions."""
-    ffi, lib = internal
     rng = np.random.default_rng(n_q * head_dim)
     n_head, n_head_kv, n_kv = 4, 2, 100
     q = rng.standard_normal((n_q, n_head * head_dim)).astype(np.float32)
@@ -194,14 +170,10 @@ def test_simd_attention_gives_the_scalar_bits(internal: Any, simd_isa: str, n_q:
     for isa in ("scalar", simd_isa):
         kernels.set_isa(isa)
         out = np.zeros((n_q, n_head * head_dim), np.float32)
-        scratch = ffi.new("float[]", lib.el_llx_attn_scratch_floats(cells, head_dim, 2))
-        a = ffi.new("el_attn_args *", {
-            "q": ffi.from_buffer("float[]", q), "n_q": n_q, "q_pos": ffi.from_buffer("int32_t[]", q_pos),
-            "n_head": n_head, "n_head_kv": n_head_kv, "head_dim": head_dim, "kv_type": 1,
-            "k": ffi.from_buffer(k), "v": ffi.from_buffer(v), "kv_pos": ffi.from_buffer("int32_t[]", kv_pos),
-            "n_kv": n_kv, "window": 40, "scale": 1.0 / np.sqrt(head_dim), "out": ffi.from_buffer("float[]", out),
-            "scratch": ffi.NULL})
-        lib.el_llx_attention(ffi.cast("void *", pool.ptr), a, 0, cells, scratch)
+        check(lib.el_test_llx_attention(pool.ptr, ffi.from_buffer("float[]", q), n_q, ffi.from_buffer("int32_t[]", q_pos),
+                                        n_head, n_head_kv, head_dim, ffi.from_buffer(k), ffi.from_buffer(v),
+                                        ffi.from_buffer("int32_t[]", kv_pos), n_kv, 40, 1.0 / np.sqrt(head_dim), cells,
+                                        ffi.from_buffer("float[]", out)), "llama.cpp-order attention")
         outs.append(out)
     np.testing.assert_array_equal(outs[1], outs[0])
     # and it is attention: close to a float64 softmax(q k^T) v over the window

@@ -5,7 +5,6 @@ the multi-row (prefill) dots and batched matmuls bit-identical to their single-r
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 import numpy as np
@@ -19,8 +18,7 @@ from edgellama.gguf.ggml_types import TYPE_SIZES
 from edgellama.gguf.ggml_types import GGMLType as T
 from edgellama.native import kernels
 from edgellama.native.engine import Pool
-from edgellama.native.lib import check, lib
-from edgellama.native.lib import ffi as api_ffi
+from edgellama.native.lib import check, ffi, lib
 
 FLOAT_TYPES = [T.F32, T.F16, T.BF16]
 BLOCK_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
@@ -73,74 +71,50 @@ ISA_KERNELS: dict[str, dict[str, set[int]]] = {
 }
 BATCH_ENTRIES = ("vec_dot_nv", "vec_dot_tile", "vec_dot_rows")
 
+# ---- single kernels of one ISA's dispatch table: the test API (csrc/edgellama_test.h) ----
+# Each call names its ISA and runs that ISA's entry whatever ISA is active, with checked buffer sizes.
+EL_NV_MAX, EL_TILE_ROWS, EL_MV_ROWS = lib.EL_TEST_NV_MAX, lib.EL_TEST_TILE_ROWS, lib.EL_TEST_MV_ROWS
+ENTRY = {"vec_dot": lib.EL_TEST_VEC_DOT, "quantize_act": lib.EL_TEST_QUANTIZE_ACT, "vec_dot_nv": lib.EL_TEST_VEC_DOT_NV,
+         "vec_dot_tile": lib.EL_TEST_VEC_DOT_TILE, "vec_dot_rows": lib.EL_TEST_VEC_DOT_ROWS}
 
-def entry_address(internal: Any, isa: str, entry: str, t: int) -> int:
-    ffi, lib = internal
-    kernels.set_isa(isa)
-    return int(ffi.cast("uintptr_t", getattr(lib.el_kern(), entry)[t]))
+
+def kernel_kind(isa: str, entry: str, t: int) -> int:
+    """0: ISA's table has no ENTRY for type t (NULL), 1: it holds the scalar table's function, 2: its own."""
+    kind = lib.el_test_kernel_present(isa.encode(), ENTRY[entry], t)
+    assert kind in (0, 1, 2), f"el_test_kernel_present({isa}, {entry}, {t}) = {kind}"
+    return int(kind)
 
 
-def isa_kernel(internal: Any, isa: str, entry: str, t: int) -> Any:
-    """ISA's batch kernel ENTRY for weight type t, with ISA set: a NULL entry fails where ISA_KERNELS
-    says the ISA has it and skips, as an expected absence, where it says the ISA has none."""
+def need_kernel(isa: str, entry: str, t: int) -> None:
+    """ISA's batch kernel ENTRY for weight type t: a NULL entry fails where ISA_KERNELS says the ISA has
+    it and skips, as an expected absence, where it says the ISA has none."""
     expected = t in ISA_KERNELS[isa][entry]
-    present = entry_address(internal, isa, entry, t) != 0
+    present = kernel_kind(isa, entry, t) != 0
     if present != expected:
         pytest.fail(f"{isa} {'lacks' if expected else 'has'} {entry}[{T(t).name}]: "
                     f"ISA_KERNELS says it {'should' if expected else 'should not'} (update the table or the filler)")
     if not present:
         issue = " (issue 21)" if isa.startswith("neon") else ""
         pytest.skip(f"{entry} for {T(t).name} not implemented for ISA {isa}{issue}")
-    return getattr(internal[1].el_kern(), entry)[t]
 
 
-def test_kernel_tables_hold_what_each_isa_is_supposed_to_have(simd_isa: str, internal: Any) -> None:
+def isa_vec_dot(isa: str, wtype: int, w: npt.NDArray[Any], a: npt.NDArray[Any], n: int) -> float:
+    """vec_dot of isa's table (the single-row form the multi-row entries must reproduce)."""
+    out = ffi.new("float *")
+    check(lib.el_test_vec_dot(isa.encode(), wtype, n, ffi.from_buffer(w), w.nbytes, ffi.from_buffer(a), a.nbytes, out),
+          f"{isa} vec_dot {T(wtype).name}")
+    return float(out[0])
+
+
+def test_kernel_tables_hold_what_each_isa_is_supposed_to_have(simd_isa: str) -> None:
     got: dict[str, set[int]] = {}
     for entry in ("vec_dot", "quantize_act", *BATCH_ENTRIES):
-        types = range(31)  # the length of the table's arrays
-        scalar = {t: entry_address(internal, "scalar", entry, t) for t in types}
-        isa = {t: entry_address(internal, simd_isa, entry, t) for t in types}
-        got[entry] = {t for t in types if isa[t] and isa[t] != scalar[t]}
+        types = range(lib.EL_TYPE_COUNT)  # the length of the table's arrays
+        got[entry] = {t for t in types if kernel_kind(simd_isa, entry, t) == 2}
     want = ISA_KERNELS[simd_isa]
     diff = {e: (sorted(T(t).name for t in want[e] - got[e]), sorted(T(t).name for t in got[e] - want[e]))
             for e in got if got[e] != want[e]}
     assert not diff, f"{simd_isa}: entry -> (expected but missing, present but not expected): {diff}"
-
-
-# ---- internal entry points (not in edgellama.h): the dispatch table and the activation quantizer ----
-# They are exported from the extension module, so an ABI-mode handle on the same loaded .so sees the
-# same dispatch table. The struct mirrors csrc/dispatch.h; test_internal_table_is_the_active_one
-# fails if it drifts.
-INTERNAL_CDEF = """
-typedef struct {
-    const char *name;
-    void *vec_dot[31];
-    void *quantize_act[31];
-    float (*dot_f32)(size_t n, const float *a, const float *b);
-    float (*dot_f32_f16)(size_t n, const float *a, const uint16_t *b);
-    void (*axpy_f16)(size_t n, float alpha, const uint16_t *x, float *y);
-    void (*axpy_f32)(size_t n, float alpha, const float *x, float *y);
-    void (*vec_dot_nv[31])(size_t n, const void *w, const void *a, size_t a_stride, size_t nv, float *out);
-    void (*vec_dot_tile[31])(size_t n, const void *w, size_t w_stride, const void *a, size_t a_stride, size_t nv,
-                             float *out, size_t ldo);
-    void (*vec_dot_rows[31])(size_t n, const void *w, size_t w_stride, const void *a, float *out);
-} el_kernels;
-const el_kernels *el_kern(void);
-void el_quantize_act(void *pool, int wtype, const float *x, size_t cols, size_t n_vec, void *act);
-"""
-
-
-@pytest.fixture(scope="module")
-def internal() -> Any:
-    from cffi import FFI
-
-    # the very file Python imported (an in-place build can sit beside the installed one)
-    so = getattr(sys.modules.get("edgellama.native._edgellama_c"), "__file__", None)
-    if not so:
-        pytest.skip("extension module file not found")
-    ffi = FFI()
-    ffi.cdef(INTERNAL_CDEF)
-    return ffi, ffi.dlopen(so)
 
 
 # ---- data ----
@@ -176,7 +150,7 @@ def dequant(t: int, raw: npt.NDArray[Any], n: int) -> npt.NDArray[np.float64]:
     """Any type's bytes (weights or the activation formats Q8_1 / Q8_K) as float64."""
     src = np.ascontiguousarray(np.asarray(raw).reshape(-1)).view(np.uint8)
     out = np.empty(n, np.float32)
-    check(lib.el_dequantize(t, api_ffi.from_buffer(src), src.size, api_ffi.from_buffer("float[]", out), n), "dequantize")
+    check(lib.el_dequantize(t, ffi.from_buffer(src), src.size, ffi.from_buffer("float[]", out), n), "dequantize")
     return out.astype(np.float64)
 
 
@@ -262,10 +236,12 @@ def test_vec_dot_of_integer_valued_blocks_is_exact(simd_isa: str, wtype: int) ->
 ACT_FOR: dict[int, int] = {T.Q8_0: T.Q8_0, T.Q8_1: T.Q4_1, T.Q8_K: T.Q4_K}  # activation type -> a weight type using it
 
 
-def quantize_act(internal: Any, act_type: int, x: npt.NDArray[np.float32]) -> bytes:
-    ffi, lib = internal
+def quantize_act(isa: str, act_type: int, x: npt.NDArray[np.float32]) -> bytes:
+    """isa's activation quantizer, the one matmul runs on the rows of a weight type using act_type."""
+    assert kernels.vec_dot_type(ACT_FOR[act_type]) == act_type
     out = np.zeros(kernels.quantize(np.zeros(x.size, np.float32), act_type).size, np.uint8)
-    lib.el_quantize_act(ffi.NULL, ACT_FOR[act_type], ffi.from_buffer("float[]", x), x.size, 1, ffi.from_buffer(out))
+    check(lib.el_test_quantize_act(isa.encode(), act_type, ffi.from_buffer("float[]", x), x.size, ffi.from_buffer(out),
+                                   out.size), f"{isa} quantize_act {T(act_type).name}")
     return out.tobytes()
 
 
@@ -297,32 +273,34 @@ ACT_REFERENCE = {T.Q8_0: q8_0_reference, T.Q8_1: q8_1_reference, T.Q8_K: q8_K_re
 
 
 @pytest.mark.parametrize("act_type", [T.Q8_0, T.Q8_1, T.Q8_K], ids=lambda t: T(t).name)
-def test_quantize_act_bytes_equal_reference(simd_isa: str, internal: Any, act_type: int) -> None:
+def test_quantize_act_bytes_equal_reference(simd_isa: str, act_type: int) -> None:
     """The activation quantizer of the ISA and the scalar one, against the format written in numpy
     (act_reference.py; test_quants holds el_quantize to llama.cpp's own _ref quantizers)."""
     rng = np.random.default_rng(int(act_type))
     for x in act_inputs(act_type, rng):
         ref = ACT_REFERENCE[act_type](x).tobytes()
-        kernels.set_isa(simd_isa)
-        assert quantize_act(internal, act_type, x) == ref
-        kernels.set_isa("scalar")
-        assert quantize_act(internal, act_type, x) == ref
+        assert quantize_act(simd_isa, act_type, x) == ref
+        assert quantize_act("scalar", act_type, x) == ref
 
 
-def test_internal_table_is_the_active_one(simd_isa: str, internal: Any) -> None:
-    ffi, lib = internal
+def test_test_api_tables_are_the_ones_the_library_activates(simd_isa: str) -> None:
+    """What the test API calls per ISA is what matmul and the engine run once that ISA is set."""
     kernels.set_isa(simd_isa)
-    assert ffi.string(lib.el_kern().name).decode() == simd_isa
+    assert kernels.isa() == simd_isa
+    assert lib.el_test_table_is_active(simd_isa.encode()) == 1
+    assert lib.el_test_table_is_active(b"scalar") == 0
     kernels.set_isa("scalar")
-    assert ffi.string(lib.el_kern().name).decode() == "scalar"
+    assert kernels.isa() == "scalar"
+    assert lib.el_test_table_is_active(b"scalar") == 1
+    assert lib.el_test_table_is_active(simd_isa.encode()) == 0
+    assert lib.el_test_table_is_active(b"no-such-isa") == lib.EL_EUNSUPPORTED
 
 
 # ---- float helpers used by attention ----
 
 
 @pytest.mark.parametrize("n", [1, 7, 8, 31, 64, 100, 256, 1027])
-def test_float_helpers_match_scalar(simd_isa: str, internal: Any, n: int) -> None:
-    ffi, lib = internal
+def test_float_helpers_match_scalar(simd_isa: str, n: int) -> None:
     rng = np.random.default_rng(n)
     a = rng.standard_normal(n).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
@@ -333,14 +311,17 @@ def test_float_helpers_match_scalar(simd_isa: str, internal: Any, n: int) -> Non
     fh = ffi.from_buffer("uint16_t[]", h.view(np.uint16))
     eps = float(np.finfo(np.float32).eps)
 
-    def run() -> tuple[float, float, npt.NDArray[np.float32], npt.NDArray[np.float32]]:
-        k = lib.el_kern()
+    def run(isa: str) -> tuple[float, float, npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        name = isa.encode()
         y16, y32 = y0.copy(), y0.copy()
-        k.axpy_f16(n, float(alpha), fh, ffi.from_buffer("float[]", y16))
-        k.axpy_f32(n, float(alpha), fa, ffi.from_buffer("float[]", y32))
-        return k.dot_f32(n, fa, fb), k.dot_f32_f16(n, fa, fh), y16, y32
+        d, dh = ffi.new("float *"), ffi.new("float *")
+        check(lib.el_test_axpy_f16(name, n, float(alpha), fh, ffi.from_buffer("float[]", y16)), "axpy_f16")
+        check(lib.el_test_axpy_f32(name, n, float(alpha), fa, ffi.from_buffer("float[]", y32)), "axpy_f32")
+        check(lib.el_test_dot_f32(name, n, fa, fb, d), "dot_f32")
+        check(lib.el_test_dot_f32_f16(name, n, fa, fh, dh), "dot_f32_f16")
+        return d[0], dh[0], y16, y32
 
-    (d_ref, dh_ref, y16_ref, y32_ref), (d, dh, y16, y32) = both_isas(simd_isa, run)
+    (d_ref, dh_ref, y16_ref, y32_ref), (d, dh, y16, y32) = run("scalar"), run(simd_isa)
     hf = h.astype(np.float64)
     assert abs(d - d_ref) <= REL_TOL * float(np.sum(np.abs(a * b.astype(np.float64))))
     assert abs(dh - dh_ref) <= REL_TOL * float(np.sum(np.abs(a * hf)))
@@ -439,9 +420,6 @@ def test_matmul_thread_counts_give_identical_bits(simd_isa: str, wtype: int) -> 
 
 # ---- batches (prefill): each output has the bits of the single-row computation ----
 
-EL_NV_MAX = 4
-
-
 def pack_rows(rows: list[npt.NDArray[np.uint8]], pad: int) -> tuple[npt.NDArray[np.uint8], int]:
     """rows (of equal size) at a stride of size + pad bytes in one buffer: an odd pad keeps every row
     but the first off alignment, as GGUF packs blocks at any byte offset"""
@@ -456,10 +434,9 @@ NV_TYPES = [T.Q8_0, T.Q5_0, T.Q4_0, T.Q4_1, T.Q5_1, T.Q4_K, T.Q5_K, T.Q6_K]
 
 
 @pytest.mark.parametrize("wtype", NV_TYPES, ids=lambda t: T(t).name)
-def test_vec_dot_nv_lanes_equal_vec_dot_bits(simd_isa: str, internal: Any, wtype: int) -> None:
+def test_vec_dot_nv_lanes_equal_vec_dot_bits(simd_isa: str, wtype: int) -> None:
     """The dispatch contract: lane j of vec_dot_nv is vec_dot of activation row j, to the bit."""
-    ffi = internal[0]
-    kernel = isa_kernel(internal, simd_isa, "vec_dot_nv", wtype)
+    need_kernel(simd_isa, "vec_dot_nv", wtype)
     rng = np.random.default_rng(int(wtype) + 600)
     for n in sizes_for(wtype):
         w = random_blocks(wtype, n, rng)
@@ -467,19 +444,16 @@ def test_vec_dot_nv_lanes_equal_vec_dot_bits(simd_isa: str, internal: Any, wtype
         buf, stride = pack_rows(acts, 5)
         for nv in range(1, EL_NV_MAX + 1):
             out = np.zeros(nv, np.float32)
-            kernel(n, ffi.from_buffer(w), ffi.from_buffer(buf), stride, nv, ffi.from_buffer("float[]", out))
-            single = np.array([kernels.vec_dot(wtype, w, a, n) for a in acts[:nv]], np.float32)
+            check(lib.el_test_vec_dot_nv(simd_isa.encode(), wtype, n, ffi.from_buffer(w), w.size, ffi.from_buffer(buf),
+                                         buf.size, stride, nv, ffi.from_buffer("float[]", out)), "vec_dot_nv")
+            single = np.array([isa_vec_dot(simd_isa, wtype, w, a, n) for a in acts[:nv]], np.float32)
             assert out.tobytes() == single.tobytes(), f"{T(wtype).name} n={n} nv={nv}: {out} vs {single}"
             assert np.all(np.isfinite(out)) and np.any(out != 0)
 
 
-EL_TILE_ROWS = 2
-
-
 @pytest.mark.parametrize("wtype", NV_TYPES, ids=lambda t: T(t).name)
-def test_vec_dot_tile_outputs_equal_vec_dot_bits(simd_isa: str, internal: Any, wtype: int) -> None:
-    ffi = internal[0]
-    kernel = isa_kernel(internal, simd_isa, "vec_dot_tile", wtype)
+def test_vec_dot_tile_outputs_equal_vec_dot_bits(simd_isa: str, wtype: int) -> None:
+    need_kernel(simd_isa, "vec_dot_tile", wtype)
     rng = np.random.default_rng(int(wtype) + 800)
     for n in sizes_for(wtype):
         ws = [random_blocks(wtype, n, rng) for _ in range(EL_TILE_ROWS)]
@@ -487,20 +461,17 @@ def test_vec_dot_tile_outputs_equal_vec_dot_bits(simd_isa: str, internal: Any, w
         (wbuf, w_stride), (abuf, a_stride) = pack_rows(ws, 3), pack_rows(acts, 1)
         for nv in range(1, EL_NV_MAX + 1):
             out = np.zeros((EL_TILE_ROWS, EL_NV_MAX), np.float32)
-            kernel(n, ffi.from_buffer(wbuf), w_stride, ffi.from_buffer(abuf), a_stride, nv,
-                                  ffi.from_buffer("float[]", out), EL_NV_MAX)
-            single = np.array([[kernels.vec_dot(wtype, w, a, n) for a in acts[:nv]] for w in ws], np.float32)
+            check(lib.el_test_vec_dot_tile(simd_isa.encode(), wtype, n, ffi.from_buffer(wbuf), wbuf.size, w_stride,
+                                           ffi.from_buffer(abuf), abuf.size, a_stride, nv,
+                                           ffi.from_buffer("float[]", out), EL_NV_MAX), "vec_dot_tile")
+            single = np.array([[isa_vec_dot(simd_isa, wtype, w, a, n) for a in acts[:nv]] for w in ws], np.float32)
             assert out[:, :nv].tobytes() == single.tobytes(), f"{T(wtype).name} n={n} nv={nv}"
 
 
-EL_MV_ROWS = 4
-
-
 @pytest.mark.parametrize("wtype", NV_TYPES, ids=lambda t: T(t).name)
-def test_vec_dot_rows_outputs_equal_vec_dot_bits(simd_isa: str, internal: Any, wtype: int) -> None:
+def test_vec_dot_rows_outputs_equal_vec_dot_bits(simd_isa: str, wtype: int) -> None:
     """The matvec kernel: EL_MV_ROWS rows far apart (as matmul passes them) give vec_dot's bits."""
-    ffi = internal[0]
-    kernel = isa_kernel(internal, simd_isa, "vec_dot_rows", wtype)
+    need_kernel(simd_isa, "vec_dot_rows", wtype)
     rng = np.random.default_rng(int(wtype) + 900)
     for n in sizes_for(wtype):
         ws = [random_blocks(wtype, n, rng) for _ in range(EL_MV_ROWS)]
@@ -509,8 +480,9 @@ def test_vec_dot_rows_outputs_equal_vec_dot_bits(simd_isa: str, internal: Any, w
         abuf = np.zeros(a.size + 1, np.uint8)
         abuf[1:] = a
         out = np.zeros(EL_MV_ROWS, np.float32)
-        kernel(n, ffi.from_buffer(wbuf), w_stride, ffi.from_buffer(abuf) + 1, ffi.from_buffer("float[]", out))
-        single = np.array([kernels.vec_dot(wtype, w, a, n) for w in ws], np.float32)
+        check(lib.el_test_vec_dot_rows(simd_isa.encode(), wtype, n, ffi.from_buffer(wbuf), wbuf.size, w_stride,
+                                       ffi.from_buffer(abuf) + 1, a.size, ffi.from_buffer("float[]", out)), "vec_dot_rows")
+        single = np.array([isa_vec_dot(simd_isa, wtype, w, a, n) for w in ws], np.float32)
         assert out.tobytes() == single.tobytes(), f"{T(wtype).name} n={n}: {out} vs {single}"
         assert np.all(np.isfinite(out)) and np.any(out != 0)
 

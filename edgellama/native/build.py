@@ -1,12 +1,14 @@
 """cffi (API mode) builder for the C kernel library in csrc/.
 
 Run by setuptools through ``cffi_modules`` during ``pip install .``; the declarations come straight
-from ``csrc/edgellama.h`` so the C API has one source of truth.
+from ``csrc/edgellama.h`` (and the test API of ``csrc/edgellama_test.h``) so the C API has one source
+of truth.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -27,11 +29,12 @@ def _rel(p: Path) -> str:
         return str(p)
 
 
-def cdef_source() -> str:
-    """edgellama.h without preprocessor lines and the C++ guard: what cffi's parser accepts."""
+def cdef_source(header: str = "edgellama.h") -> str:
+    """A header without preprocessor lines, the C++ guard and the EL_API export marks: what cffi's
+    parser accepts."""
     out = []
     skip_depth = 0
-    for line in (CSRC / "edgellama.h").read_text().splitlines():
+    for line in (CSRC / header).read_text().splitlines():
         s = line.strip()
         if s.startswith("#ifdef __cplusplus"):
             skip_depth = 1
@@ -42,7 +45,7 @@ def cdef_source() -> str:
             continue
         if s.startswith("#"):
             continue
-        out.append(line)
+        out.append(re.sub(r"\bEL_API\s+", "", line))
     return "\n".join(out)
 
 
@@ -57,9 +60,10 @@ if os.environ.get("EDGELLAMA_CFLAGS"):
 
 ffibuilder = FFI()
 ffibuilder.cdef(cdef_source())
+ffibuilder.cdef(cdef_source("edgellama_test.h"))  # the test API: for edgellama's tests, not stable
 ffibuilder.set_source(
     "edgellama.native._edgellama_c",
-    '#include "edgellama.h"',
+    '#include "edgellama.h"\n#include "edgellama_test.h"',
     sources=c_sources(),
     include_dirs=[_rel(CSRC)],
     extra_compile_args=CFLAGS,
