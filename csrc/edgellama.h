@@ -15,7 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Marks the functions the library exports (edgellama_test.h uses it too). */
+/* The library is built with -fvisibility=hidden: the functions marked EL_API (here and in the
+ * test API, edgellama_test.h) are the only symbols it exports. */
 #if defined(__GNUC__) || defined(__clang__)
 #define EL_API __attribute__((visibility("default")))
 #else
@@ -36,7 +37,7 @@ enum el_status {
     EL_ECTX = -5,         /* context (KV cache) full or position out of range */
     EL_EBUSY = -6         /* the pool is already held by this thread (a call made from inside another) */
 };
-const char *el_status_str(int status);
+EL_API const char *el_status_str(int status);
 
 /* ---- ggml tensor types, numbered as in GGUF ---- */
 enum el_type {
@@ -58,62 +59,62 @@ enum el_type {
     EL_TYPE_COUNT = 31
 };
 
-int el_type_supported(int type);          /* 1 if dequant/quant/dot exist for it */
-size_t el_type_block_size(int type);      /* values per block, 0 if unknown */
-size_t el_type_block_bytes(int type);     /* bytes per block, 0 if unknown */
-size_t el_row_bytes(int type, size_t n);  /* 0 if unknown type or n not a multiple of the block */
-int el_vec_dot_type(int wtype);           /* activation format the dot product of wtype uses */
+EL_API int el_type_supported(int type);          /* 1 if dequant/quant/dot exist for it */
+EL_API size_t el_type_block_size(int type);      /* values per block, 0 if unknown */
+EL_API size_t el_type_block_bytes(int type);     /* bytes per block, 0 if unknown */
+EL_API size_t el_row_bytes(int type, size_t n);  /* 0 if unknown type or n not a multiple of the block */
+EL_API int el_vec_dot_type(int wtype);           /* activation format the dot product of wtype uses */
 
 /* n values of `type` in src (src_bytes must equal el_row_bytes(type, n)) -> n floats. */
-int el_dequantize(int type, const void *src, size_t src_bytes, float *dst, size_t n);
+EL_API int el_dequantize(int type, const void *src, size_t src_bytes, float *dst, size_t n);
 /* n floats -> dst (dst_bytes must equal el_row_bytes(type, n)), reference quantizer. */
-int el_quantize(int type, const float *src, size_t n, void *dst, size_t dst_bytes);
+EL_API int el_quantize(int type, const float *src, size_t n, void *dst, size_t dst_bytes);
 /* Dot product of one weight row (wtype) with one activation row already in el_vec_dot_type(wtype). */
-int el_vec_dot(int wtype, size_t n, const void *w, size_t w_bytes, const void *a, size_t a_bytes, float *out);
+EL_API int el_vec_dot(int wtype, size_t n, const void *w, size_t w_bytes, const void *a, size_t a_bytes, float *out);
 
 /* ---- CPU feature dispatch ---- */
-const char *el_isa_name(void);         /* "scalar", "avx2", "avx512", "neon", "neon-dotprod" */
-int el_isa_set(const char *name);      /* EL_EUNSUPPORTED if this CPU/build lacks it; NULL = best */
-int el_isa_available(const char *name);
-const char *el_cpu_features(void);     /* space separated feature names seen at run time */
+EL_API const char *el_isa_name(void);         /* "scalar", "avx2", "avx512", "neon", "neon-dotprod" */
+EL_API int el_isa_set(const char *name);      /* EL_EUNSUPPORTED if this CPU/build lacks it; NULL = best */
+EL_API int el_isa_available(const char *name);
+EL_API const char *el_cpu_features(void);     /* space separated feature names seen at run time */
 
 /* ---- thread pool: persistent workers, no thread creation per call ---- */
 typedef struct el_pool el_pool;
-int el_pool_create(int n_threads, el_pool **out);
+EL_API int el_pool_create(int n_threads, el_pool **out);
 /* The owner lets go of the pool. Models created on it keep it alive: while any is not freed, the
  * pool (and its threads) stays, and the last el_model_free frees it; the handle must not be used
  * after this call either way. */
-void el_pool_free(el_pool *pool);
-int el_pool_threads(const el_pool *pool);
-int el_pool_users(const el_pool *pool);  /* models created on the pool and not yet freed */
+EL_API void el_pool_free(el_pool *pool);
+EL_API int el_pool_threads(const el_pool *pool);
+EL_API int el_pool_users(const el_pool *pool);  /* models created on the pool and not yet freed */
 
 /* Y[v][r] = sum_c W[r][c] * X[v][c] for v < n_vec, r < rows.
  * W: rows x el_row_bytes(wtype, cols) bytes (w_bytes must equal that product); X: n_vec x cols floats;
  * Y: n_vec x rows floats. Each output is computed by one thread in a fixed order, so results do not
  * depend on the thread count. Scratch for quantized activations comes from the pool. */
-int el_matmul(el_pool *pool, int wtype, const void *w, size_t w_bytes, size_t rows, size_t cols,
-              const float *x, size_t n_vec, float *y);
+EL_API int el_matmul(el_pool *pool, int wtype, const void *w, size_t w_bytes, size_t rows, size_t cols,
+                     const float *x, size_t n_vec, float *y);
 
 /* ---- float32 ops a decoder needs ---- */
-void el_rmsnorm(float *out, const float *x, const float *weight, size_t n, float eps); /* weight may be NULL */
-void el_softmax(float *x, size_t n);
+EL_API void el_rmsnorm(float *out, const float *x, const float *weight, size_t n, float eps); /* weight may be NULL */
+EL_API void el_softmax(float *x, size_t n);
 /* Rotates n_head heads of head_dim floats at position pos; the first n_rot dims of each head rotate.
  * neox=0: pairs (2i, 2i+1) (llama); neox=1: pairs (i, i + n_rot/2) (NeoX, Gemma, Qwen). */
-void el_rope(float *x, size_t n_head, size_t head_dim, size_t n_rot, int32_t pos, float freq_base,
-             float freq_scale, int neox);
-void el_silu(float *x, size_t n);
-void el_gelu(float *x, size_t n);  /* tanh approximation */
-void el_add(float *y, const float *a, const float *b, size_t n);
-void el_mul(float *y, const float *a, const float *b, size_t n);
-void el_scale(float *x, float s, size_t n);
+EL_API void el_rope(float *x, size_t n_head, size_t head_dim, size_t n_rot, int32_t pos, float freq_base,
+                    float freq_scale, int neox);
+EL_API void el_silu(float *x, size_t n);
+EL_API void el_gelu(float *x, size_t n);  /* tanh approximation */
+EL_API void el_add(float *y, const float *a, const float *b, size_t n);
+EL_API void el_mul(float *y, const float *a, const float *b, size_t n);
+EL_API void el_scale(float *x, float s, size_t n);
 
 /* Attention of n_q query rows (each n_head x head_dim, at positions q_pos[i]) over n_kv cached
  * keys/values (each n_head_kv x head_dim, at positions kv_pos[j]; kv_type F32, F16 or Q8_0 rows of
  * head_dim). Causal: key j is visible to query i when kv_pos[j] <= q_pos[i], and when window > 0
  * also q_pos[i] - kv_pos[j] < window. out: n_q x n_head x head_dim. */
-int el_attention(const float *q, size_t n_q, const int32_t *q_pos, size_t n_head, size_t n_head_kv,
-                 size_t head_dim, int kv_type, const void *k, const void *v, const int32_t *kv_pos,
-                 size_t n_kv, int32_t window, float scale, float *out);
+EL_API int el_attention(const float *q, size_t n_q, const int32_t *q_pos, size_t n_head, size_t n_head_kv,
+                        size_t head_dim, int kv_type, const void *k, const void *v, const int32_t *kv_pos,
+                        size_t n_kv, int32_t window, float scale, float *out);
 
 /* ---- decoder model: weights are pointers into the caller's mmapped file (never copied) ---- */
 typedef struct el_tensor {
@@ -145,29 +146,29 @@ typedef struct el_model el_model;
 /* Allocates the KV cache (n_ctx slots per global layer, min(n_ctx, window) per windowed layer, in
  * kv_type F16 or Q8_0) and all scratch for batches of up to n_batch tokens, once. EL_ENOMEM when an
  * allocation fails or when the sizes do not even fit size_t (a 32-bit build): never a wrapped size. */
-int el_model_create(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int32_t n_batch,
-                    int kv_type, el_model **out);
-void el_model_free(el_model *model);
-size_t el_model_kv_bytes(const el_model *model);
-size_t el_model_scratch_bytes(const el_model *model);
+EL_API int el_model_create(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int32_t n_batch,
+                           int kv_type, el_model **out);
+EL_API void el_model_free(el_model *model);
+EL_API size_t el_model_kv_bytes(const el_model *model);
+EL_API size_t el_model_scratch_bytes(const el_model *model);
 /* Evaluates n tokens at positions pos0..pos0+n-1, continuing the cached sequence: pos0 must equal
  * el_model_n_past (EL_ECTX otherwise, and when pos0 + n passes n_ctx). Writes logits of the last
  * token (n_vocab floats), or of every token when all_logits (n x n_vocab). */
-int el_model_eval(el_model *model, const int32_t *tokens, size_t n, int32_t pos0, float *logits,
-                  int all_logits);
+EL_API int el_model_eval(el_model *model, const int32_t *tokens, size_t n, int32_t pos0, float *logits,
+                         int all_logits);
 /* Length of the cached sequence (what the global layers hold; the newest position + 1 when every
  * layer is windowed): the pos0 of the next el_model_eval. */
-int32_t el_model_n_past(const el_model *model);
+EL_API int32_t el_model_n_past(const el_model *model);
 /* Forgets cached positions >= pos (to re-evaluate from there). EL_ECTX when a windowed layer's ring
  * no longer holds the keys that position needs (the caller must then re-evaluate from 0). */
-int el_model_truncate(el_model *model, int32_t pos);
+EL_API int el_model_truncate(el_model *model, int32_t pos);
 /* Streaming: drops positions [n_keep, n_keep + n_discard) and moves every later entry down by
  * n_discard, re-rotating its key, so generation continues at position n_past - n_discard. */
-int el_model_shift(el_model *model, int32_t n_keep, int32_t n_discard);
+EL_API int el_model_shift(el_model *model, int32_t n_keep, int32_t n_discard);
 /* Memory a model would take, computed exactly as el_model_create allocates it (no allocation).
  * EL_ENOMEM when a size does not fit size_t (a 32-bit build with a large context or batch). */
-int el_model_plan(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int kv_type, int n_threads,
-                  size_t *kv_bytes, size_t *scratch_bytes);
+EL_API int el_model_plan(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int kv_type, int n_threads,
+                         size_t *kv_bytes, size_t *scratch_bytes);
 /* Numerics of a model's forward pass. NATIVE: the fastest kernels of this CPU. LLAMACPP: llama.cpp's
  * own order of every float operation (its x86 AVX2/AVX-512 build, flash attention off), so logits
  * equal llama.cpp's bit for bit on any CPU (portable C, with SIMD versions of the same bits), at
@@ -176,16 +177,16 @@ int el_model_plan(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int
  * otherwise. Its scratch (el_model_numerics_bytes, then counted in el_model_scratch_bytes) is
  * allocated here, once. Exact while no ring has wrapped and no shift ran. */
 enum el_numerics { EL_NUMERICS_NATIVE = 0, EL_NUMERICS_LLAMACPP = 1 };
-int el_model_set_numerics(el_model *model, int numerics);
+EL_API int el_model_set_numerics(el_model *model, int numerics);
 /* Bytes el_model_set_numerics allocates for a model of this shape (0: native, or not possible,
  * including sizes that do not fit size_t; el_model_set_numerics then returns EL_ENOMEM). */
-size_t el_model_numerics_bytes(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int n_threads,
-                               int numerics);
+EL_API size_t el_model_numerics_bytes(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int n_threads,
+                                      int numerics);
 /* KV cache state (session save/restore): a blob of el_model_state_size bytes (0 = does not fit
  * size_t: save refuses); load refuses a blob from another model shape, cache type, context or batch size. */
-size_t el_model_state_size(const el_model *model);
-int el_model_state_save(const el_model *model, void *buf, size_t size);
-int el_model_state_load(el_model *model, const void *buf, size_t size);
+EL_API size_t el_model_state_size(const el_model *model);
+EL_API int el_model_state_save(const el_model *model, void *buf, size_t size);
+EL_API int el_model_state_load(el_model *model, const void *buf, size_t size);
 
 /* ---- file mappings: a SIGBUS (the file was truncated while mapped) reported by name ---- */
 /* Registers [addr, addr + len) as a mapping of the file `name` (copied, up to 511 bytes). On the first
@@ -193,8 +194,8 @@ int el_model_state_load(el_model *model, const void *buf, size_t size);
  * file to stderr and exits with EL_SIGBUS_EXIT_CODE; other faults go to the previous handler. Up to
  * 64 mappings at a time (EL_ENOMEM beyond). Unregister before the range is unmapped. */
 enum { EL_SIGBUS_EXIT_CODE = 74 }; /* EX_IOERR of sysexits.h */
-int el_sigbus_register(const void *addr, size_t len, const char *name);
-int el_sigbus_unregister(const void *addr);
+EL_API int el_sigbus_register(const void *addr, size_t len, const char *name);
+EL_API int el_sigbus_unregister(const void *addr);
 
 #ifdef __cplusplus
 }

@@ -426,12 +426,16 @@ static float expf_ggml(float x) {
 
 /* ggml_vec_swiglu_f32 (AVX-512): silu(g) = g / (1 + exp(-g)) with ggml's exp, times u; a tail of
  * fewer than 16 values takes libm's expf, as ggml's scalar remainder loop does */
-HOT void el_llx_swiglu(float *g, const float *u, size_t n) {
+HOT static void swiglu(float *g, const float *u, size_t n) {
     const size_t nv = n - n % 16;
     size_t i = 0;
     for (; i < nv; i++) g[i] = g[i] / (1.0f + expf_ggml(0.0f - g[i])) * u[i];
     for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
+
+/* a plain function around the clones: GCC exports the ifunc of an extern target_clones function
+ * whatever its visibility, and the library exports nothing but its API */
+void el_llx_swiglu(float *g, const float *u, size_t n) { swiglu(g, u, n); }
 
 size_t el_llx_attn_scratch_floats(size_t n_cells, size_t head_dim, int n_threads) {
     /* SIZE_MAX (checked.h): does not fit size_t */

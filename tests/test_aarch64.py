@@ -62,7 +62,7 @@ def test_aarch64_runner_picks_neon_on_a72_and_dotprod_on_a76_and_matches_x86_gol
 
 
 @pytest.mark.slow
-def test_aarch64_wheel_imports_and_dequantizes_under_emulation() -> None:
+def test_aarch64_wheel_imports_and_dequantizes_under_emulation(tmp_path: Path) -> None:
     _need_cross_tools()
     _need_root()
     proc = _sh("build-wheel.sh", 1800)
@@ -76,6 +76,14 @@ def test_aarch64_wheel_imports_and_dequantizes_under_emulation() -> None:
 
     imported = [line.split(":", 1)[1].split() for line in proc.stdout.splitlines() if line.startswith("smoke modules:")]
     assert len(imported) == 2 and all(set(m) == source_modules() for m in imported), imported
+    # its extension exports the declared API only, as the x86 one (test_c_api.py)
+    import zipfile
+
+    from test_c_api import check_exports
+
+    with zipfile.ZipFile(wheel) as z:
+        (so,) = [n for n in z.namelist() if n.startswith("edgellama/native/_edgellama_c") and n.endswith(".so")]
+        check_exports(Path(z.extract(so, tmp_path)), "aarch64-linux-gnu-nm")
 
 
 @pytest.mark.slow

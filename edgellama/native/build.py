@@ -54,7 +54,9 @@ def c_sources() -> list[str]:
     return [_rel(p) for p in files]
 
 
-CFLAGS = ["-O3", "-std=gnu11", "-pthread", "-fno-math-errno", "-ffp-contract=off", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+# -fvisibility=hidden: only what edgellama.h marks EL_API leaves the extension module (with PyInit)
+CFLAGS = ["-O3", "-std=gnu11", "-pthread", "-fno-math-errno", "-ffp-contract=off", "-fvisibility=hidden",
+          "-Wall", "-Wextra", "-Wno-unused-parameter"]
 if os.environ.get("EDGELLAMA_CFLAGS"):
     CFLAGS += os.environ["EDGELLAMA_CFLAGS"].split()
 
