@@ -7,6 +7,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 csrc=$(dirname "$here")
 out=${1:?usage: build.sh OUT [cflags...]}
 shift
-# shellcheck disable=SC2086 # CFLAGS may hold several words
-${CC:-cc} -std=gnu11 -O2 -pthread -fno-math-errno -Wall -Wextra -Werror ${CFLAGS:-} "$@" \
+# the library's own flags (float semantics: csrc/cflags.txt, shared with edgellama/native/build.py)
+shared=$(sed 's/#.*//' "$csrc/cflags.txt")
+# shellcheck disable=SC2086 # shared and CFLAGS are word lists
+${CC:-cc} $shared -O2 -Wall -Wextra -Werror ${CFLAGS:-} "$@" \
     -I"$csrc" "$csrc"/*.c "$csrc"/arch/*.c "$here"/run_tests.c -lm -o "$out"

@@ -54,9 +54,15 @@ def c_sources() -> list[str]:
     return [_rel(p) for p in files]
 
 
-# -fvisibility=hidden: only what edgellama.h marks EL_API leaves the extension module (with PyInit)
-CFLAGS = ["-O3", "-std=gnu11", "-pthread", "-fno-math-errno", "-ffp-contract=off", "-fvisibility=hidden",
-          "-Wall", "-Wextra", "-Wno-unused-parameter"]
+def shared_cflags() -> list[str]:
+    """csrc/cflags.txt: the flags every build of the C sources takes (float semantics, visibility)."""
+    words: list[str] = []
+    for line in (CSRC / "cflags.txt").read_text().splitlines():
+        words += line.split("#", 1)[0].split()
+    return words
+
+
+CFLAGS = ["-O3", *shared_cflags(), "-Wall", "-Wextra", "-Wno-unused-parameter"]
 if os.environ.get("EDGELLAMA_CFLAGS"):
     CFLAGS += os.environ["EDGELLAMA_CFLAGS"].split()
 
