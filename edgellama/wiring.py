@@ -15,10 +15,6 @@ from edgellama.gguf.ggml_types import COMPUTE_TYPES, type_name
 from edgellama.gguf.metadata import Metadata, ModelError  # callers catch ModelError from here
 from edgellama.gguf.reader import GGUFFile
 from edgellama.native.desc import (
-    ACT_GELU,
-    ACT_SILU,
-    ARCH_GEMMA3,
-    ARCH_LLAMA,
     FLOAT32_MAX,
     LayerDesc,
     ModelDesc,
@@ -155,8 +151,8 @@ def build_desc(f: GGUFFile) -> tuple[HParams, ModelDesc]:
                 L.rope_scale = 1.0
         layers.append(L)
     desc = ModelDesc(
-        arch=ARCH_GEMMA3 if gemma else ARCH_LLAMA,
-        act=ACT_GELU if gemma else ACT_SILU,
+        arch="gemma3" if gemma else "llama",
+        act="gelu" if gemma else "silu",
         rope_neox=a in ("gemma3", "qwen2", "qwen3"),
         n_layer=n_layer,
         n_embd=E,

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from edgellama.native.desc import ACT_GELU, ModelDesc, TensorRef
+from edgellama.native.desc import ModelDesc, TensorRef
 from edgellama.native.kernels import dequantize
 
 F64 = npt.NDArray[np.float64]
@@ -92,7 +92,7 @@ def forward(desc: ModelDesc, tokens: list[int], emb: F64 | None = None) -> F64:
         h = rmsnorm(x, deq(L.ffn_norm), desc.norm_eps)
         gt = h @ deq(L.w_gate).T
         up = h @ deq(L.w_up).T
-        a = gelu(gt) if desc.act == ACT_GELU else gt / (1.0 + np.exp(-gt))
+        a = gelu(gt) if desc.act == "gelu" else gt / (1.0 + np.exp(-gt))
         d = (a * up) @ deq(L.w_down).T
         if L.ffn_post_norm is not None:
             d = rmsnorm(d, deq(L.ffn_post_norm), desc.norm_eps)

@@ -119,3 +119,77 @@ def test_every_script_that_compiles_the_library_takes_the_shared_flags() -> None
     for name in ("build-tests.sh", "run-armhf-tests.sh", "run-tests.sh"):
         assert "csrc/tests/build.sh" in (ROOT / "cross" / name).read_text(), name
 
+
+# ---- constants and type lists: the binding reads the C enums; the pure tables agree with them ----
+
+
+def test_pure_ggml_type_table_agrees_with_the_c_library() -> None:
+    """edgellama/gguf/ggml_types.py stays pure (the GGUF reader runs without C): its numbers, block
+    sizes and bytes are those of the C library for every type the library knows."""
+    from edgellama.gguf.ggml_types import COMPUTE_TYPES, TYPE_SIZES, GGMLType, row_bytes
+    from edgellama.native import kernels
+
+    c_enum = {n[len("EL_TYPE_"):]: int(getattr(lib, n)) for n in dir(lib) if n.startswith("EL_TYPE_")}
+    count = c_enum.pop("COUNT")
+    assert len(c_enum) == 15
+    for name, value in c_enum.items():
+        assert GGMLType[name] == value, name
+    known = [t for t in range(count + 8) if lib.el_type_block_size(t)]
+    assert known == sorted(c_enum.values())  # the C library knows its enum, nothing else
+    for t in known:
+        bs, nbytes = int(lib.el_type_block_size(t)), int(lib.el_type_block_bytes(t))
+        assert TYPE_SIZES[t] == (bs, nbytes), GGMLType(t).name
+        for k in (1, 3, 64):
+            assert row_bytes(t, k * bs) == lib.el_row_bytes(t, k * bs)
+        if bs > 1:
+            assert lib.el_row_bytes(t, bs + 1) == 0  # not a whole number of blocks
+    # the weight types the kernels compute on: the pure list (the wiring's check) is the C one
+    assert COMPUTE_TYPES == kernels.WEIGHT_TYPES
+    assert kernels.ACT_TYPES == {GGMLType.Q8_0, GGMLType.Q8_1, GGMLType.Q8_K}
+
+
+def test_binding_names_are_the_c_enums() -> None:
+    from edgellama.native import engine
+
+    assert engine.ARCHS == {"llama": lib.EL_ARCH_LLAMA, "gemma3": lib.EL_ARCH_GEMMA3}
+    assert engine.ACTS == {"silu": lib.EL_ACT_SILU, "gelu": lib.EL_ACT_GELU}
+    assert engine.NUMERICS == {"native": lib.EL_NUMERICS_NATIVE, "llamacpp": lib.EL_NUMERICS_LLAMACPP}
+    assert engine.KV_TYPES == {"f32": lib.EL_TYPE_F32, "f16": lib.EL_TYPE_F16, "q8_0": lib.EL_TYPE_Q8_0}
+
+
+def test_cli_choices_are_the_engine_names() -> None:
+    """The CLI lists its choices without loading the C extension; they must be the binding's names."""
+    import argparse
+
+    from edgellama.cli import build_parser
+    from edgellama.native import engine
+
+    want = {"--cache-type": set(engine.KV_TYPES), "--numerics": set(engine.NUMERICS)}
+    seen = 0
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():
+        for action in parser._actions:
+            for opt in set(action.option_strings) & set(want):
+                assert set(action.choices or ()) == want[opt], f"edgellama {name} {opt}"
+                seen += 1
+    assert seen >= 4  # run, perplexity, bench and info take both
+
+
+def test_unknown_architecture_or_activation_is_refused_by_name(smollm2_path: Path) -> None:
+    from dataclasses import replace
+
+    from edgellama.gguf.reader import GGUFFile
+    from edgellama.native.engine import plan_bytes
+    from edgellama.wiring import build_desc
+
+    f = GGUFFile(smollm2_path)
+    try:
+        desc = build_desc(f)[1]
+        assert (desc.arch, desc.act) == ("llama", "silu")
+        assert plan_bytes(desc, 64, 16, "f16", 1)[0] > 0
+        with pytest.raises(ValueError, match="unknown architecture 'mamba'"):
+            plan_bytes(replace(desc, arch="mamba"), 64, 16, "f16", 1)
+        with pytest.raises(ValueError, match="unknown activation 'relu'"):
+            plan_bytes(replace(desc, act="relu"), 64, 16, "f16", 1)
+    finally:
+        f.close()

@@ -1,5 +1,6 @@
 """The model description the engine runs: tensors as views into the mapped file, dimensions and per-layer
-settings. Plain data (no C import), filled by the model wiring and handed to the engine binding."""
+settings. Plain data (no C import), filled by the model wiring and handed to the engine binding, which
+maps the names of the forward pass's architecture and activation to the C enums (engine.ARCHS, ACTS)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,6 @@ import numpy.typing as npt
 # The ranges of the C types the description is handed over in (int32_t and float fields).
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 FLOAT32_MAX = float(np.finfo(np.float32).max)
-
-ARCH_LLAMA = 1
-ARCH_GEMMA3 = 2
-ACT_SILU = 0
-ACT_GELU = 1
 
 
 @dataclass
@@ -59,8 +55,8 @@ class LayerDesc:
 
 @dataclass
 class ModelDesc:
-    arch: int
-    act: int
+    arch: str  # the forward pass: "llama" or "gemma3" (enum el_arch)
+    act: str  # the FFN activation: "silu" or "gelu" (enum el_act)
     rope_neox: bool
     n_layer: int
     n_embd: int

@@ -27,7 +27,19 @@ from edgellama.native.desc import (
 )
 from edgellama.native.lib import KernelError, check, ffi, lib
 
-KV_TYPES = {"f32": 0, "f16": 1, "q8_0": 8}
+
+def _enum(prefix: str) -> dict[str, int]:
+    """A C enum from the library (cffi exposes its constants) as {lower-case name: value}, in value
+    order: EL_ARCH_GEMMA3 -> "gemma3"."""
+    names = [n for n in dir(lib) if n.startswith(prefix)]
+    return {n[len(prefix):].lower(): int(getattr(lib, n)) for n in sorted(names, key=lambda n: getattr(lib, n))}
+
+
+ARCHS = _enum("EL_ARCH_")  # ModelDesc.arch
+ACTS = _enum("EL_ACT_")  # ModelDesc.act
+NUMERICS = _enum("EL_NUMERICS_")  # el_numerics: the forward pass's float order
+# the KV cache formats el_model_create takes, by their ggml type names
+KV_TYPES = {name: int(getattr(lib, f"EL_TYPE_{name.upper()}")) for name in ("f32", "f16", "q8_0")}
 
 
 class Pool:
@@ -89,6 +101,10 @@ def _fill_tensor(dst: Any, t: TensorRef | None, keep: list[Any]) -> None:
 def _c_desc(desc: ModelDesc) -> tuple[Any, list[Any]]:
     """The C el_model_desc for desc, plus the cffi objects that must outlive it."""
     check_c_ranges(desc)
+    if desc.arch not in ARCHS:
+        raise ValueError(f"unknown architecture {desc.arch!r} (the engine runs {', '.join(ARCHS)})")
+    if desc.act not in ACTS:
+        raise ValueError(f"unknown activation {desc.act!r} (the engine has {', '.join(ACTS)})")
     keep: list[Any] = []
     layers = ffi.new("el_layer[]", len(desc.layers))
     keep.append(layers)
@@ -100,7 +116,7 @@ def _c_desc(desc: ModelDesc) -> tuple[Any, list[Any]]:
         c.rope_scale = L.rope_scale
         c.window = L.window
     d = ffi.new("el_model_desc *")
-    d.arch, d.act, d.rope_neox = desc.arch, desc.act, int(desc.rope_neox)
+    d.arch, d.act, d.rope_neox = ARCHS[desc.arch], ACTS[desc.act], int(desc.rope_neox)
     d.n_layer, d.n_embd, d.n_head, d.n_head_kv = desc.n_layer, desc.n_embd, desc.n_head, desc.n_head_kv
     d.head_dim, d.n_rot, d.n_ff, d.n_vocab = desc.head_dim, desc.n_rot, desc.n_ff, desc.n_vocab
     d.norm_eps, d.emb_scale, d.attn_scale = desc.norm_eps, desc.emb_scale, desc.attn_scale
@@ -109,10 +125,6 @@ def _c_desc(desc: ModelDesc) -> tuple[Any, list[Any]]:
     _fill_tensor(d.output, desc.output, keep)
     d.layers = layers
     return d, keep
-
-
-# el_numerics: the forward pass's float order
-NUMERICS = {"native": 0, "llamacpp": 1}
 
 
 def numerics_code(numerics: str) -> int:

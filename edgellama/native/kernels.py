@@ -8,12 +8,17 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from edgellama.gguf.ggml_types import COMPUTE_TYPES, row_bytes, type_name
+from edgellama.gguf.ggml_types import row_bytes, type_name
 from edgellama.native.lib import check, ffi, lib
+
+# The type lists, asked of the C library: the weight types it dequantizes, quantizes and multiplies,
+# and the activation formats their dot products take (which it quantizes too: Q8_0, Q8_1, Q8_K).
+WEIGHT_TYPES: frozenset[int] = frozenset(t for t in range(lib.EL_TYPE_COUNT) if lib.el_type_supported(t))
+ACT_TYPES: frozenset[int] = frozenset(int(lib.el_vec_dot_type(t)) for t in WEIGHT_TYPES) - {int(lib.EL_TYPE_F32)}
 
 
 def _require_type(t: int) -> None:
-    if t not in COMPUTE_TYPES:
+    if t not in WEIGHT_TYPES:
         raise ValueError(f"ggml type {type_name(t)} is not supported by the kernels")
 
 
@@ -41,7 +46,7 @@ def dequantize(raw: npt.ArrayLike, ggml_type: int, n: int) -> npt.NDArray[np.flo
 
 def quantize(x: npt.ArrayLike, ggml_type: int) -> npt.NDArray[np.uint8]:
     """float32 values -> raw block bytes of ggml_type (reference quantizer)."""
-    if ggml_type not in COMPUTE_TYPES and ggml_type not in (9, 15):
+    if ggml_type not in WEIGHT_TYPES and ggml_type not in ACT_TYPES:
         raise ValueError(f"ggml type {type_name(ggml_type)} is not supported by the kernels")
     src = np.ascontiguousarray(np.asarray(x, dtype=np.float32).reshape(-1))
     need = row_bytes(ggml_type, src.size)
