@@ -193,3 +193,33 @@ def test_unknown_architecture_or_activation_is_refused_by_name(smollm2_path: Pat
             plan_bytes(replace(desc, act="relu"), 64, 16, "f16", 1)
     finally:
         f.close()
+
+
+def test_test_api_refuses_buffers_that_do_not_hold_the_rows() -> None:
+    """The test API checks sizes like the public one: a call that would read past a buffer is refused."""
+    from edgellama.gguf.ggml_types import GGMLType as T
+    from edgellama.native.lib import ffi
+
+    n = 64
+    w = bytearray(2 * 34)  # two Q8_0 blocks: one row of 64
+    a = bytearray(lib.EL_TEST_NV_MAX * 2 * 34)  # NV_MAX activation rows, stride 68
+    out = ffi.new("float[]", 2 * lib.EL_TEST_NV_MAX)
+    scalar, q8 = b"scalar", int(T.Q8_0)
+    args = (ffi.from_buffer(w), len(w), ffi.from_buffer(a))
+    # sizes are checked before the entry is looked up; the best ISA has a Q8_0 vec_dot_nv where SIMD exists
+    best = lib.el_isa_name()
+    fits = lib.EL_OK if lib.el_test_kernel_present(best, lib.EL_TEST_VEC_DOT_NV, q8) == 1 else lib.EL_EUNSUPPORTED
+    assert lib.el_test_vec_dot_nv(best, q8, n, *args, len(a), 68, lib.EL_TEST_NV_MAX, out) == fits
+    assert lib.el_test_vec_dot(scalar, q8, n, ffi.from_buffer(w), len(w), ffi.from_buffer(a), 68, out) == lib.EL_OK
+    assert lib.el_test_vec_dot_nv(scalar, q8, n, *args, len(a) - 1, 68, lib.EL_TEST_NV_MAX, out) == lib.EL_EINVAL
+    assert lib.el_test_vec_dot_nv(scalar, q8, n, *args, len(a), 68, lib.EL_TEST_NV_MAX + 1, out) == lib.EL_EINVAL
+    assert lib.el_test_vec_dot_nv(scalar, q8, n + 1, *args, len(a), 68, 1, out) == lib.EL_EINVAL
+    assert lib.el_test_vec_dot(scalar, q8, n, ffi.from_buffer(w), len(w) - 1, ffi.from_buffer(a), 68, out) == lib.EL_EINVAL
+    # a tile reads EL_TEST_TILE_ROWS weight rows: one row's buffer is too small
+    assert lib.el_test_vec_dot_tile(scalar, q8, n, ffi.from_buffer(w), len(w), 68, ffi.from_buffer(a), len(a), 68, 1,
+                                    out, 4) == lib.EL_EINVAL
+    assert lib.el_test_kernel_present(b"no-such-isa", lib.EL_TEST_VEC_DOT, q8) == lib.EL_EUNSUPPORTED
+    assert lib.el_test_kernel_present(scalar, 99, q8) == lib.EL_EINVAL
+    assert lib.el_test_kernel_present(scalar, lib.EL_TEST_VEC_DOT, lib.EL_TYPE_COUNT) == lib.EL_EINVAL
+    assert lib.el_test_kernel_present(scalar, lib.EL_TEST_VEC_DOT, q8) == 1
+    assert lib.el_test_kernel_present(scalar, lib.EL_TEST_VEC_DOT_NV, q8) == 0  # scalar loops over vec_dot

@@ -1,6 +1,7 @@
 """ggml tensor types: the one table of type numbers, block sizes and byte sizes.
 
-Shared by the GGUF reader/writer and the kernel bindings; knows nothing about files or C.
+Shared by the GGUF reader/writer and the kernel bindings; knows nothing about files or C (the reader
+runs without the C library), and tests/test_c_api.py holds it to the C library's own table.
 """
 
 from __future__ import annotations
