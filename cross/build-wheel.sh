@@ -24,8 +24,9 @@ spec = importlib.util.spec_from_file_location('el_build', 'edgellama/native/buil
 _build = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(_build)
 from cffi import recompiler
-module_name, preamble = _build.ffibuilder._assigned_source[:2]
-recompiler.make_c_source(_build.ffibuilder, module_name, preamble, '$stage/_edgellama_c.c')
+ffibuilder = _build.make_ffibuilder()
+module_name, preamble = ffibuilder._assigned_source[:2]
+recompiler.make_c_source(ffibuilder, module_name, preamble, '$stage/_edgellama_c.c')
 ")
 t1=$(date +%s)
 
@@ -36,7 +37,7 @@ import importlib.util
 spec = importlib.util.spec_from_file_location('el_build', 'edgellama/native/build.py')
 _build = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(_build)
-print(' '.join(_build.CFLAGS))
+print(' '.join(_build.cflags()))
 ")
 # Debian's pyconfig.h includes <aarch64-linux-gnu/python3.11/pyconfig.h>: the root's /usr/include
 # is searched for that, but after the cross toolchain's own libc headers (-idirafter), not before

@@ -88,7 +88,7 @@ def test_shared_flags_fix_the_float_semantics() -> None:
 
 def test_extension_build_takes_the_shared_flags() -> None:
     build = _build_module()
-    check_flags_hold(build.CFLAGS, build.shared_cflags(), "edgellama/native/build.py")
+    check_flags_hold(build.cflags(), build.shared_cflags(), "edgellama/native/build.py")
 
 
 def test_c_runner_build_takes_the_shared_flags(tmp_path: Path) -> None:
@@ -108,14 +108,14 @@ def test_c_runner_build_takes_the_shared_flags(tmp_path: Path) -> None:
 
 
 def test_every_script_that_compiles_the_library_takes_the_shared_flags() -> None:
-    """A script compiling csrc/*.c itself reads cflags.txt or build.py's CFLAGS; the cross runners go
+    """A script compiling csrc/*.c itself reads cflags.txt or build.py's cflags(); the cross runners go
     through csrc/tests/build.sh."""
     scripts = [*(ROOT / "cross").glob("*.sh"), *(ROOT / "csrc").rglob("*.sh")]
     compiling = [s for s in scripts if re.search(r'csrc"?/\*\.c', s.read_text())]
     assert {s.name for s in compiling} >= {"build.sh", "build-wheel.sh"}
     for s in compiling:
         text = s.read_text()
-        assert "cflags.txt" in text or "_build.CFLAGS" in text, f"{s} compiles csrc/*.c without the shared flags"
+        assert "cflags.txt" in text or "_build.cflags()" in text, f"{s} compiles csrc/*.c without the shared flags"
     for name in ("build-tests.sh", "run-armhf-tests.sh", "run-tests.sh"):
         assert "csrc/tests/build.sh" in (ROOT / "cross" / name).read_text(), name
 

@@ -1,8 +1,8 @@
 """cffi (API mode) builder for the C kernel library in csrc/.
 
-Run by setuptools through ``cffi_modules`` during ``pip install .``; the declarations come straight
-from ``csrc/edgellama.h`` (and the test API of ``csrc/edgellama_test.h``) so the C API has one source
-of truth.
+Run by setuptools through ``cffi_modules`` (``make_ffibuilder``) during ``pip install .``; the
+declarations come straight from ``csrc/edgellama.h`` (and the test API of ``csrc/edgellama_test.h``)
+so the C API has one source of truth.
 """
 
 from __future__ import annotations
@@ -62,22 +62,29 @@ def shared_cflags() -> list[str]:
     return words
 
 
-CFLAGS = ["-O3", *shared_cflags(), "-Wall", "-Wextra", "-Wno-unused-parameter"]
-if os.environ.get("EDGELLAMA_CFLAGS"):
-    CFLAGS += os.environ["EDGELLAMA_CFLAGS"].split()
+def cflags() -> list[str]:
+    """The extension's compiler flags: the shared ones, -O3 and the warnings, then $EDGELLAMA_CFLAGS."""
+    flags = ["-O3", *shared_cflags(), "-Wall", "-Wextra", "-Wno-unused-parameter"]
+    return flags + os.environ.get("EDGELLAMA_CFLAGS", "").split()
 
-ffibuilder = FFI()
-ffibuilder.cdef(cdef_source())
-ffibuilder.cdef(cdef_source("edgellama_test.h"))  # the test API: for edgellama's tests, not stable
-ffibuilder.set_source(
-    "edgellama.native._edgellama_c",
-    '#include "edgellama.h"\n#include "edgellama_test.h"',
-    sources=c_sources(),
-    include_dirs=[_rel(CSRC)],
-    extra_compile_args=CFLAGS,
-    extra_link_args=["-pthread"],
-    libraries=["m"],
-)
+
+def make_ffibuilder() -> FFI:
+    """The extension's cffi builder (setup.py's cffi_modules entry). A function, not a module global:
+    the wheel carries this module without csrc/, and importing it must read no source file."""
+    ffibuilder = FFI()
+    ffibuilder.cdef(cdef_source())
+    ffibuilder.cdef(cdef_source("edgellama_test.h"))  # the test API: for edgellama's tests, not stable
+    ffibuilder.set_source(
+        "edgellama.native._edgellama_c",
+        '#include "edgellama.h"\n#include "edgellama_test.h"',
+        sources=c_sources(),
+        include_dirs=[_rel(CSRC)],
+        extra_compile_args=cflags(),
+        extra_link_args=["-pthread"],
+        libraries=["m"],
+    )
+    return ffibuilder
+
 
 if __name__ == "__main__":
     # Developer shortcut: build the extension in place (python edgellama/native/build.py).
@@ -85,7 +92,7 @@ if __name__ == "__main__":
     if sys.stderr.isatty():  # progress on a terminal only
         print(f"edgellama: compiling the C library ({len(c_sources())} files, about a minute on 2 cores)",
               file=sys.stderr)
-    ffibuilder.compile(tmpdir=str(ROOT / "build" / "cffi"), verbose="-v" in sys.argv)
+    make_ffibuilder().compile(tmpdir=str(ROOT / "build" / "cffi"), verbose="-v" in sys.argv)
     import glob
     import shutil
     import tempfile
