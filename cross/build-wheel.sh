@@ -54,8 +54,15 @@ import base64, hashlib, shutil, sys, tomllib, zipfile
 from pathlib import Path
 
 root, pkg, outdir = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-meta = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+project = tomllib.loads((root / "pyproject.toml").read_text())
+meta = project["project"]
 name, version = meta["name"], meta["version"]
+# data files (the systemd units) as setuptools puts them: NAME-VERSION.data/data/<target>/<file>
+for target, files in project["tool"]["setuptools"].get("data-files", {}).items():
+    dst = pkg / f"{name}-{version}.data" / "data" / target
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        shutil.copy(root / f, dst / Path(f).name)
 # every package folder (one with an __init__.py) under edgellama/, as setuptools' find would
 for init in sorted((root / "edgellama").rglob("__init__.py")):
     sub = init.parent.relative_to(root)

@@ -74,9 +74,36 @@ def test_built_wheel_contains_and_imports_every_module(tmp_path: Path) -> None:
     assert wheel_modules(names) == source_modules()
     assert any(n.startswith("edgellama/native/_edgellama_c") and n.endswith(".so") for n in names), names
     assert "edgellama/__main__.py" in names and "edgellama/cli/__main__.py" in names
+    # the units and default config that install-service puts in place, as data files under the prefix
+    data = f"edgellama-{wheels[0].name.split('-')[1]}.data/data/share/edgellama/systemd"
+    for unit in ("edgellama.service", "edgellama.socket", "edgellama.toml"):
+        assert f"{data}/{unit}" in names, names
+        assert (tmp_path / "site" / data / unit).read_bytes() == (ROOT / "systemd" / unit).read_bytes()
     site = str(tmp_path / "site")
     # -P and cwd outside the checkout: the source tree cannot shadow the unpacked wheel
     run = subprocess.run([sys.executable, "-P", "-c", IMPORT_ALL, site], cwd=tmp_path, capture_output=True,
                          text=True, env={"PYTHONPATH": site, "PATH": "/usr/bin:/bin"}, timeout=300, check=False)
     assert run.returncode == 0, run.stderr[-4000:]
     assert set(run.stdout.split()) == walked_modules()
+
+
+@pytest.mark.slow
+def test_install_service_from_an_installed_wheel_finds_the_units(tmp_path: Path) -> None:
+    """Outside a checkout, install-service takes the units the wheel installed under its prefix."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "-w", str(tmp_path / "dist"), str(ROOT)], capture_output=True, text=True, timeout=900,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+    py = str(venv / "bin" / "python")
+    subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", *map(str, (tmp_path / "dist").glob("*.whl"))],
+                   check=True, timeout=300, capture_output=True)
+    root = tmp_path / "root"
+    r = subprocess.run([py, "-P", "-m", "edgellama.cli", "install-service", "--root", str(root), "--exec",
+                        "/usr/bin/edgellama"], cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr
+    for unit in ("edgellama.service", "edgellama.socket"):
+        assert (root / "etc/systemd/system" / unit).read_text() == (ROOT / "systemd" / unit).read_text()
+    assert (root / "etc/edgellama/edgellama.toml").read_bytes() == (ROOT / "systemd/edgellama.toml").read_bytes()
+

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +16,18 @@ UNITS = ("edgellama.service", "edgellama.socket")
 CONFIG = "edgellama.toml"
 
 
+# Where a wheel install puts systemd/ (pyproject.toml's data-files), relative to its prefix
+DATA_SUBDIR = Path("share/edgellama/systemd")
+
+
 def units_dir() -> Path:
-    """The systemd/ folder of this source tree (units are text files kept beside the package)."""
-    here = Path(__file__).resolve().parents[2] / "systemd"
-    if not (here / UNITS[0]).is_file():
-        raise FileNotFoundError(f"unit files not found in {here} (install-service runs from a source checkout)")
-    return here
+    """The systemd/ folder of this source tree, else the copy a wheel installed under the prefix."""
+    candidates = [Path(__file__).resolve().parents[2] / "systemd", Path(sysconfig.get_path("data")) / DATA_SUBDIR]
+    for here in candidates:
+        if all((here / name).is_file() for name in (*UNITS, CONFIG)):
+            return here
+    raise FileNotFoundError("unit files not found in " + " or ".join(str(c) for c in candidates)
+                            + " (reinstall edgellama, or run from a source checkout)")
 
 
 def add_parser(sub: Any) -> None:
