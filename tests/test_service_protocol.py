@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import random
+from typing import Any
+
 import pytest
 
 from edgellama.service import protocol as P
@@ -35,6 +39,13 @@ def test_control_requests() -> None:
     (b'{"id": 1, "prompt": "x", "n_predict": -2}', "n_predict"),
     (b'"just a string"', "JSON object"),
     (b'\xc3\x28', "UTF-8"),
+    (b'{"id": 1, "prompt": "x", "temperature": NaN}', "NaN is not a JSON number"),
+    (b'{"id": 1, "prompt": "x", "top_p": -Infinity}', "-Infinity is not a JSON number"),
+    (b'{"id": 1, "prompt": "x", "repeat_penalty": 1e999}', "'repeat_penalty' must be a finite number"),
+    (b'{"id": 1, "prompt": "x", "top_k": 2147483648}', "'top_k' must be at most"),
+    (b'{"id": 1, "prompt": "x", "n_predict": 99999999999999999999}', "'n_predict' must be at most"),
+    (b'{"id": 1, "prompt": "x", "seed": ' + b"9" * 5000 + b"}", "not JSON this server takes"),
+    (b'{"id": 1, "prompt": ' + b"[" * 100000 + b"]" * 100000 + b"}", "nested too deep"),
 ])
 def test_bad_requests_name_the_problem(line: bytes, words: str) -> None:
     with pytest.raises(P.ProtocolError) as e:
@@ -48,3 +59,43 @@ def test_stop_strings_are_held_back_until_decided() -> None:
     assert _split_stop("Hello wor", ["world!"], final=True) == ("Hello wor", "", False)
     assert _split_stop("abc", [], final=False) == ("abc", "", False)
     assert _split_stop("x END y", ["END", "y"], final=False) == ("x ", "", True)  # the earliest stop wins
+
+
+def _mutations(rng: random.Random) -> list[Any]:
+    return [None, True, False, 0, -1, 1, 2**31, -2**31 - 1, 2**63, 2**64, 10**30, -10**30, 0.5, -0.5, 1e308,
+            -1e308, 5e-324, "", "x", "\x1b[2J", [], [1], ["a", ""], {}, {"role": "user"}, rng.random() * 10,
+            rng.randint(-10**6, 10**6), float("nan"), float("inf"), float("-inf"), BIG]
+
+
+BIG = "__1e999__"  # written into the line as 1e999: a JSON number that reads as infinity
+FUZZ_FIELDS = ["id", "type", "prompt", "messages", "stop", *P._FIELDS, "unknown_field"]
+
+
+def test_fuzzed_requests_are_served_or_refused_by_name() -> None:
+    """Issue 15's standard for the service's input: every field given every JSON type and extreme values (one
+    or two at a time, 3,000 requests): parse_line refuses it with a bad_request, or what it accepts is
+    something the sampler takes (SamplerParams.validate) and the engine's integer fields hold."""
+    from edgellama.sampling import SamplerParams
+
+    rng = random.Random(15)
+    accepted = refused = 0
+    for _ in range(3000):
+        obj: dict[str, Any] = {"id": "f", "prompt": "hi"}
+        for _k in range(rng.choice((1, 1, 2))):
+            obj[rng.choice(FUZZ_FIELDS)] = rng.choice(_mutations(rng))
+        if rng.random() < 0.1:
+            obj.pop(rng.choice(list(obj)), None)
+        line = json.dumps(obj).replace(f'"{BIG}"', "1e999").encode()
+        try:
+            r = P.parse_line(line)
+        except P.ProtocolError as exc:
+            assert exc.code == P.BAD_REQUEST and str(exc), line
+            refused += 1
+            continue
+        accepted += 1
+        if isinstance(r, P.Completion):
+            SamplerParams(temp=r.temperature, top_k=r.top_k, top_p=r.top_p, min_p=r.min_p,
+                          repeat_penalty=r.repeat_penalty, repeat_last_n=r.repeat_last_n, seed=r.seed).validate()
+            assert -1 <= r.n_predict <= P.INT32_MAX
+    assert accepted > 100 and refused > 1000, (accepted, refused)
+

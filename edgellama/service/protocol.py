@@ -7,10 +7,12 @@ nothing about sockets or the engine, so every rule here is checked the same way 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 VERSION = 1
+INT32_MAX = 2**31 - 1  # the sampler's and the engine's integer fields
 
 # Stable error codes: clients branch on these, so they never change meaning.
 BAD_REQUEST = "bad_request"  # not JSON, not UTF-8, a wrong field or type, no chat template
@@ -90,6 +92,11 @@ def _check_type(name: str, value: Any, types: tuple[type, ...], what: str, req_i
         raise ProtocolError(BAD_REQUEST, f"field {name!r} must be {what}, got {json.dumps(value)[:40]}", req_id)
 
 
+def _no_constant(name: str) -> Any:
+    # Python's json reads NaN, Infinity and -Infinity, which are not JSON: a NaN would pass every range check
+    raise ProtocolError(BAD_REQUEST, f"the line is not JSON: {name} is not a JSON number")
+
+
 def parse_line(line: bytes) -> Request:
     """One request line (without its newline) -> a request; raises ProtocolError."""
     try:
@@ -97,9 +104,13 @@ def parse_line(line: bytes) -> Request:
     except UnicodeDecodeError as exc:
         raise ProtocolError(BAD_REQUEST, f"the line is not valid UTF-8 (byte {exc.start})") from None
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise ProtocolError(BAD_REQUEST, f"the line is not JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:  # arrays or objects nested thousands deep
+        raise ProtocolError(BAD_REQUEST, "the line is not JSON this server takes: nested too deep") from None
+    except ValueError as exc:  # an integer of thousands of digits (Python's int conversion limit)
+        raise ProtocolError(BAD_REQUEST, f"the line is not JSON this server takes: {exc}") from None
     if not isinstance(obj, dict):
         raise ProtocolError(BAD_REQUEST, "a request must be a JSON object")
     req_id = obj.get("id")
@@ -159,6 +170,12 @@ def _check_ranges(r: Completion) -> None:
     def bad(msg: str) -> ProtocolError:
         return ProtocolError(BAD_REQUEST, msg, r.id)
 
+    for name in ("temperature", "top_p", "min_p", "repeat_penalty"):
+        if not math.isfinite(getattr(r, name)):  # 1e999 reads as infinity
+            raise bad(f"'{name}' must be a finite number")
+    for name in ("n_predict", "top_k", "repeat_last_n"):
+        if getattr(r, name) > INT32_MAX:
+            raise bad(f"'{name}' must be at most {INT32_MAX}")
     if r.n_predict < -1:
         raise bad("'n_predict' must be >= -1 (-1: up to the server's --max-tokens)")
     if r.temperature < 0:
