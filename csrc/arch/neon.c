@@ -16,6 +16,7 @@
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
@@ -385,12 +386,19 @@ static inline void round32(const float *x, float id, int8_t *q) {
     }
 }
 
+/* 1/d, or 0 where d is 0 or 1/d overflows (a block of denormals): the scalar reference rounds the
+ * non-finite x * (1/d) to 0, while NEON's conversion would saturate it to 127 / -128 */
+static inline float inv_scale(float d) {
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    return id <= FLT_MAX ? id : 0.0f;
+}
+
 static void q8_0_quantize(const float *src, void *dst, size_t n) {
     uint8_t *p = dst;
     for (size_t i = 0; i < n / QK8_0; i++, p += sizeof(block_q8_0)) {
         const float *x = src + i * QK8_0;
         const float d = absmax32(x) / 127;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = inv_scale(d);
         const el_half h = el_fp32_to_fp16(d);
         memcpy(p, &h, 2);
         int8_t q[QK8_0];
@@ -404,7 +412,7 @@ static void q8_1_quantize(const float *src, void *dst, size_t n) {
     for (size_t i = 0; i < n / QK8_1; i++, p += sizeof(block_q8_1)) {
         const float *x = src + i * QK8_1;
         const float d = absmax32(x) / 127;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = inv_scale(d);
         int8_t q[QK8_1];
         round32(x, id, q);
         const int16x8_t s16 = vaddq_s16(vpaddlq_s8(vld1q_s8(q)), vpaddlq_s8(vld1q_s8(q + 16)));
