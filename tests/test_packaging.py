@@ -60,22 +60,28 @@ def test_every_source_module_is_in_a_package_folder() -> None:
                 assert (ROOT / parent / "__init__.py").is_file(), f"{parent} has no __init__.py"
 
 
-@pytest.mark.slow
-def test_built_wheel_contains_and_imports_every_module(tmp_path: Path) -> None:
+def build_wheel(tmp_path: Path) -> Path:
+    """The x86 wheel pip builds from this checkout (the C library compiled as setuptools does)."""
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                            "-w", str(tmp_path / "dist"), str(ROOT)], capture_output=True, text=True, timeout=900,
                           check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     wheels = list((tmp_path / "dist").glob("edgellama-*.whl"))
     assert len(wheels) == 1, wheels
-    with zipfile.ZipFile(wheels[0]) as z:
+    return wheels[0]
+
+
+@pytest.mark.slow
+def test_built_wheel_contains_and_imports_every_module(tmp_path: Path) -> None:
+    wheel = build_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         z.extractall(tmp_path / "site")
     assert wheel_modules(names) == source_modules()
     assert any(n.startswith("edgellama/native/_edgellama_c") and n.endswith(".so") for n in names), names
     assert "edgellama/__main__.py" in names and "edgellama/cli/__main__.py" in names
     # the units and default config that install-service puts in place, as data files under the prefix
-    data = f"edgellama-{wheels[0].name.split('-')[1]}.data/data/share/edgellama/systemd"
+    data = f"edgellama-{wheel.name.split('-')[1]}.data/data/share/edgellama/systemd"
     for unit in ("edgellama.service", "edgellama.socket", "edgellama.toml"):
         assert f"{data}/{unit}" in names, names
         assert (tmp_path / "site" / data / unit).read_bytes() == (ROOT / "systemd" / unit).read_bytes()
@@ -90,14 +96,11 @@ def test_built_wheel_contains_and_imports_every_module(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_install_service_from_an_installed_wheel_finds_the_units(tmp_path: Path) -> None:
     """Outside a checkout, install-service takes the units the wheel installed under its prefix."""
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                           "-w", str(tmp_path / "dist"), str(ROOT)], capture_output=True, text=True, timeout=900,
-                          check=False)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    wheel = build_wheel(tmp_path)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
     py = str(venv / "bin" / "python")
-    subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", *map(str, (tmp_path / "dist").glob("*.whl"))],
+    subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
                    check=True, timeout=300, capture_output=True)
     root = tmp_path / "root"
     r = subprocess.run([py, "-P", "-m", "edgellama.cli", "install-service", "--root", str(root), "--exec",
