@@ -61,16 +61,23 @@ static void fit_levels(int n, int nmax, float iscale, const float *x, int8_t *L,
     *suml2 = sl2;
 }
 
+/* The start both searches share: levels fitted at the group's signed max. 0 (L all zero) when the
+ * group is all but zero, which both then return as scale 0. */
+static int start_levels(int n, int nmax, const float *x, int8_t *L, float *max, float *sumlx, float *suml2) {
+    *max = signed_max(x, n);
+    if (fabsf(*max) < GROUP_MAX_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0;
+    }
+    fit_levels(n, nmax, -nmax / *max, x, L, sumlx, suml2);
+    return 1;
+}
+
 /* make_qx_quants with rmse_type 1 and no importance weights (the only form the _ref quantizers
  * use): symmetric levels -nmax..nmax-1 stored as L + nmax, weights x^2, 19 trial scales. */
 static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
-    const float max = signed_max(x, n);
-    if (fabsf(max) < GROUP_MAX_EPS) {
-        memset(L, 0, (size_t)n);
-        return 0.f;
-    }
-    float sumlx, suml2;
-    fit_levels(n, nmax, -nmax / max, x, L, &sumlx, &suml2);
+    float max, sumlx, suml2;
+    if (!start_levels(n, nmax, x, L, &max, &sumlx, &suml2)) return 0.f;
     float scale = suml2 ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
     int8_t Laux[QK_K];
@@ -90,13 +97,8 @@ static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
 /* make_q3_quants with do_rmse (as quantize_row_q3_K_ref calls it): start from the max, then up to
  * five passes moving single levels while the weighted fit improves. L holds levels + nmax. */
 static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
-    const float max = signed_max(x, n);
-    if (fabsf(max) < GROUP_MAX_EPS) {
-        memset(L, 0, (size_t)n);
-        return 0.f;
-    }
-    float sumlx, suml2;
-    fit_levels(n, nmax, -nmax / max, x, L, &sumlx, &suml2);
+    float max, sumlx, suml2;
+    if (!start_levels(n, nmax, x, L, &max, &sumlx, &suml2)) return 0.f;
     for (int itry = 0; itry < 5; ++itry) {
         int n_changed = 0;
         for (int i = 0; i < n; ++i) {
