@@ -1,5 +1,6 @@
 """`edgellama serve`: the supervisor. Loads the model once and answers protocol v1 (newline-delimited
-JSON, docs/protocol.md) on a UNIX socket, as a systemd Type=notify service or by hand.
+JSON, docs/protocol.md) and HTTP/1.1 (llama-server's and OpenAI's endpoints, docs/http.md) on a UNIX
+socket, as a systemd Type=notify service or by hand; HTTP on TCP too with --http-port.
 """
 
 from __future__ import annotations
@@ -36,7 +37,19 @@ def add_parser(sub: Any) -> None:
                    help="slots (requests decoded at once); one slot until the batched engine lands")
     p.add_argument("--queue", type=int, default=8, help="requests waiting for a slot before `busy` errors")
     p.add_argument("--max-tokens", type=int, default=512, help="most tokens one request may generate")
-    p.add_argument("--max-line", type=int, default=65536, help="longest request line in bytes")
+    p.add_argument("--max-line", type=int, default=65536,
+                   help="longest request in bytes: a protocol v1 line or an HTTP request body")
+    p.add_argument("--http-port", type=int, default=0,
+                   help="also answer HTTP on TCP port N (default 0: off; the UNIX socket always answers HTTP)")
+    p.add_argument("--host", default="127.0.0.1", help="address the --http-port listener binds (default %(default)s)")
+    p.add_argument("--api-key", default=None,
+                   help="key TCP clients must send as `Authorization: Bearer KEY` (visible in ps: prefer --api-key-file)")
+    p.add_argument("--api-key-file", metavar="FILE", default=None,
+                   help="file with the API key(s), one a line (blank lines and # comments ignored)")
+    p.add_argument("--insecure-no-key", action="store_true",
+                   help="serve --http-port without any API key (anyone who reaches the port may use the model)")
+    p.add_argument("--http-header-timeout", type=float, default=10.0,
+                   help="seconds an HTTP client has to send its request line and headers, and its body (slowloris)")
     p.add_argument("--system-prompt", metavar="FILE", default=None,
                    help="system prompt for chat requests without one; evaluated at start and kept cached")
     p.add_argument("--grace", type=float, default=0.0,
@@ -63,6 +76,29 @@ def check(args: argparse.Namespace) -> None:
         raise ValueError("--max-line must be >= 256 bytes")
     if args.grace < 0:
         raise ValueError("--grace must be >= 0")
+    if not 0 <= args.http_port <= 65535:
+        raise ValueError("--http-port must be in 0..65535")
+    if args.http_header_timeout <= 0:
+        raise ValueError("--http-header-timeout must be > 0")
+    if args.http_port and not (args.api_key or args.api_key_file or args.insecure_no_key):
+        raise ValueError("--http-port needs --api-key KEY or --api-key-file FILE (or --insecure-no-key to serve "
+                         "TCP clients without a key)")
+
+
+def api_keys(args: argparse.Namespace) -> tuple[str, ...]:
+    keys = [args.api_key] if args.api_key else []
+    if args.api_key_file:
+        from pathlib import Path
+
+        try:
+            text = Path(args.api_key_file).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"--api-key-file {args.api_key_file}: {exc.strerror or exc}") from None
+        found = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        if not found:
+            raise ValueError(f"--api-key-file {args.api_key_file} holds no key")
+        keys += found
+    return tuple(keys)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -74,7 +110,8 @@ def serve(args: argparse.Namespace) -> int:
 
     config.merge(args)
     check(args)
-    model_path(args)  # a missing model is a one-line error now, not after the socket is up
+    model = model_path(args)  # a missing model is a one-line error now, not after the socket is up
+    keys = api_keys(args) if args.http_port else ()
     system = None
     if args.system_prompt:
         system = Path(args.system_prompt).read_text(encoding="utf-8")
@@ -85,7 +122,9 @@ def serve(args: argparse.Namespace) -> int:
         logging.getLogger("edgellama.service").warning(
             "--parallel %d: this engine decodes one sequence; serving with 1 slot", args.parallel)
     opts = ServeOptions(socket_path=args.socket, socket_mode=args.socket_mode, max_line=args.max_line,
-                        grace=args.grace, log_prompts=args.log_prompts)
+                        grace=args.grace, log_prompts=args.log_prompts, model=str(model),
+                        http_host=args.host, http_port=args.http_port, api_keys=keys,
+                        header_timeout=args.http_header_timeout)
     cfg = EngineConfig(max_tokens=args.max_tokens, queue=args.queue, system_prompt=system,
                        log_prompts=args.log_prompts, parallel=args.parallel)
     server = Server(opts, cfg, lambda: load(args), handler)

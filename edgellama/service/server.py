@@ -14,9 +14,11 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from edgellama.service import protocol as P
+from edgellama.service.http.connection import HttpConnection, Limits
+from edgellama.service.http.router import FirstBytes, route
 from edgellama.service.logs import ReopenableHandler
 from edgellama.service.metrics import Metrics
 from edgellama.service.scheduler import EngineConfig, Job, Scheduler
@@ -26,13 +28,28 @@ from edgellama.service.transport import Connection, listening_socket
 log = logging.getLogger("edgellama.service")
 
 
+class Client(Protocol):
+    """A connection the server answers: protocol v1's Connection or an HttpConnection."""
+
+    inflight: dict[str | int, Any]
+    eof: bool
+
+    def send(self, event: dict[str, Any]) -> None: ...
+    def close(self) -> None: ...
+
+
 @dataclass
 class ServeOptions:
     socket_path: str
     socket_mode: int = 0o660
-    max_line: int = 65536
+    max_line: int = 65536  # a protocol v1 line or an HTTP request body
     grace: float = 0.0
     log_prompts: bool = False
+    model: str = ""  # the model file, as /props and /v1/models name it
+    http_host: str = "127.0.0.1"
+    http_port: int = 0  # 0: no TCP listener (HTTP on the UNIX socket only)
+    api_keys: tuple[str, ...] = ()  # checked on TCP only (the UNIX socket's mode is its access control)
+    header_timeout: float = 10.0
 
 
 class Server:
@@ -42,7 +59,8 @@ class Server:
         self.metrics = Metrics()
         self.notifier = Notifier()
         self.log_handler = log_handler
-        self.connections: set[Connection] = set()
+        self.connections: set[Client] = set()
+        self.started = time.time()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stop_requested: asyncio.Event | None = None
         self.fatal: BaseException | None = None
@@ -71,7 +89,7 @@ class Server:
         self.fatal = exc
         self.request_stop()
 
-    def _emitter(self, conn: Connection, job: Job) -> Callable[[dict[str, Any]], None]:
+    def _emitter(self, conn: Client, job: Job) -> Callable[[dict[str, Any]], None]:
         loop = self.loop
         assert loop is not None
 
@@ -80,7 +98,7 @@ class Server:
 
         return emit
 
-    def _deliver(self, conn: Connection, job: Job, event: dict[str, Any]) -> None:
+    def _deliver(self, conn: Client, job: Job, event: dict[str, Any]) -> None:
         conn.send(event)
         if event["event"] in ("done", "error"):
             if conn.inflight.get(job.req.id) is job:
@@ -103,10 +121,10 @@ class Server:
         log.log(level, "request", extra={"fields": fields})
 
     # ---- connections ----
-    def connection_opened(self, conn: Connection) -> None:
+    def connection_opened(self, conn: Client) -> None:
         self.connections.add(conn)
 
-    def connection_gone(self, conn: Connection) -> None:
+    def connection_gone(self, conn: Client) -> None:
         self.connections.discard(conn)
         for job in list(conn.inflight.values()):
             self.scheduler.cancel(job, "gone")  # frees the slot at the next decode step
@@ -126,18 +144,24 @@ class Server:
             conn.send(P.error_event(req.id, P.BAD_REQUEST, f"id {req.id!r} is already in flight on this connection"))
             self.metrics.outcome(P.BAD_REQUEST)
             return
+        refused = self.submit(conn, req)
+        if refused is not None:
+            conn.send(P.error_event(req.id, refused.code, str(refused)))
+
+    def submit(self, conn: Client, req: P.Completion) -> P.ProtocolError | None:
+        """Queues req for conn (its events reach conn.send); the refusal (busy, shutdown), counted and logged."""
         job = Job(req, emit=lambda event: None)
         job.emit = self._emitter(conn, job)  # the emitter needs the job it reports for
         try:
             self.scheduler.submit(job)
         except P.ProtocolError as exc:
-            conn.send(P.error_event(req.id, exc.code, str(exc)))
             self.metrics.outcome(exc.code)
             log.info("request", extra={"fields": {"id": req.id, "outcome": exc.code}})
-            return
+            return exc
         conn.inflight[req.id] = job
+        return None
 
-    def _control(self, conn: Connection, req: P.Control) -> None:
+    def _control(self, conn: Client, req: P.Control) -> None:
         if req.type == "health":
             snap = self.scheduler.snapshot()
             status = "stopping" if self.stopping else snap["status"]
@@ -185,7 +209,21 @@ class Server:
         self.stop_requested = asyncio.Event()
         sock, created = listening_socket(self.opts.socket_path, self.opts.socket_mode)
         path = self.opts.socket_path if created else str(sock.getsockname() or "(passed by systemd)")
-        server = await self.loop.create_unix_server(lambda: Connection(self, self.opts.max_line), sock=sock)
+        server = await self.loop.create_unix_server(
+            lambda: FirstBytes(lambda: Connection(self, self.opts.max_line), self._http_connection), sock=sock)
+        servers = [server]
+        if self.opts.http_port:
+            try:
+                servers.append(await self.loop.create_server(self._tcp_connection, self.opts.http_host,
+                                                             self.opts.http_port))
+            except OSError as exc:
+                server.close()
+                if created:
+                    os.unlink(self.opts.socket_path)
+                raise ValueError(f"cannot listen on {self.opts.http_host}:{self.opts.http_port}: "
+                                 f"{exc.strerror or exc}") from None
+            log.info("listening", extra={"fields": {"http": f"{self.opts.http_host}:{self.opts.http_port}",
+                                                    "api_key": bool(self.opts.api_keys)}})
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.request_stop)
         self.loop.add_signal_handler(signal.SIGHUP, self.reopen_log)
@@ -195,7 +233,7 @@ class Server:
         wd = asyncio.create_task(self._watchdog()) if self.notifier.watchdog_usec else None
         try:
             await self.stop_requested.wait()
-            await self._shutdown(server)
+            await self._shutdown(servers)
         finally:
             if wd is not None:
                 wd.cancel()
@@ -209,11 +247,19 @@ class Server:
             raise self.fatal
         return 0
 
-    async def _shutdown(self, server: asyncio.Server) -> None:
+    def _http_connection(self) -> HttpConnection:
+        """An HTTP/1.1 client (on the UNIX socket, or TCP where the API key is checked)."""
+        return HttpConnection(self, Limits(self.opts.max_line, self.opts.header_timeout, ()), route)
+
+    def _tcp_connection(self) -> HttpConnection:
+        return HttpConnection(self, Limits(self.opts.max_line, self.opts.header_timeout, self.opts.api_keys), route)
+
+    async def _shutdown(self, servers: list[asyncio.Server]) -> None:
         self.stopping = True
         self.notifier.notify("STOPPING=1\nSTATUS=stopping")
         log.info("stopping", extra={"fields": {"grace_s": self.opts.grace}})
-        server.close()  # stop accepting; open connections go on until their work ends
+        for server in servers:
+            server.close()  # stop accepting; open connections go on until their work ends
         if self.opts.grace > 0 and self.fatal is None:
             self.scheduler.refuse_new()
             deadline = time.monotonic() + self.opts.grace

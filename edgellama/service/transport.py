@@ -66,6 +66,16 @@ def listening_socket(path: str, mode: int) -> tuple[socket.socket, bool]:
     return sock, True
 
 
+def peer_closed(transport: asyncio.BaseTransport | None) -> bool:
+    """True when the peer closed both directions (POLLHUP), not just its sending side."""
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return True
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLOUT)
+    return any(ev & (select.POLLHUP | select.POLLERR) for _, ev in poller.poll(0))
+
+
 class Connection(asyncio.Protocol):
     def __init__(self, handler: LineHandler, max_line: int) -> None:
         self.handler = handler
@@ -116,13 +126,7 @@ class Connection(asyncio.Protocol):
         return bool(self.inflight) and not self._peer_closed()
 
     def _peer_closed(self) -> bool:
-        """True when the peer closed both directions (POLLHUP), not just its sending side."""
-        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
-        if sock is None:
-            return True
-        poller = select.poll()
-        poller.register(sock.fileno(), select.POLLOUT)
-        return any(ev & (select.POLLHUP | select.POLLERR) for _, ev in poller.poll(0))
+        return peer_closed(self.transport)
 
     def send(self, event: dict[str, Any]) -> None:
         if not self.closed and self.transport is not None and not self.transport.is_closing():

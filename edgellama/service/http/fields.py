@@ -1,0 +1,241 @@
+"""Field names between HTTP and protocol v1: llama-server's and OpenAI's request bodies become protocol
+v1 request objects (validated afterwards by protocol.parse_line, the one set of rules), and protocol v1
+`done` events become llama-server's and OpenAI's result fields. No I/O here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from edgellama.service import protocol as P
+
+
+class HttpError(Exception):
+    """A request answered with an error status and llama-server's error JSON shape."""
+
+    def __init__(self, status: int, message: str, type_: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type_ or ERROR_TYPES.get(status, "invalid_request_error")
+
+
+# llama-server's error `type` per status (its format_error_response), OpenAI's names
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 405: "invalid_request_error", 408: "invalid_request_error",
+               413: "invalid_request_error", 431: "invalid_request_error", 500: "server_error",
+               501: "not_supported_error", 503: "unavailable_error"}
+
+# protocol v1 error code -> (HTTP status, error type)
+CODE_STATUS = {P.BAD_REQUEST: (400, "invalid_request_error"), P.TOO_LONG: (413, "invalid_request_error"),
+               P.BUSY: (503, "unavailable_error"), P.CONTEXT: (400, "exceed_context_size_error"),
+               P.SHUTDOWN: (503, "unavailable_error"), P.NOT_FOUND: (404, "not_found_error"),
+               P.INTERNAL: (500, "server_error")}
+
+
+def error_body(status: int, message: str, type_: str) -> dict[str, Any]:
+    return {"error": {"code": status, "message": message, "type": type_}}
+
+
+def from_protocol_error(code: str, message: str) -> HttpError:
+    status, type_ = CODE_STATUS.get(code, (500, "server_error"))
+    return HttpError(status, message, type_)
+
+
+def _no_constant(name: str) -> Any:
+    raise HttpError(400, f"the body is not JSON: {name} is not a JSON number")
+
+
+def json_body(body: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400 naming what is wrong with it."""
+    try:
+        obj = json.loads(body.decode("utf-8"), parse_constant=_no_constant)
+    except UnicodeDecodeError as exc:
+        raise HttpError(400, f"the body is not valid UTF-8 (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise HttpError(400, f"the body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except (RecursionError, ValueError) as exc:
+        raise HttpError(400, f"the body is not JSON this server takes: {exc}") from None
+    if not isinstance(obj, dict):
+        raise HttpError(400, "the body must be a JSON object")
+    return obj
+
+
+# llama-server's sampling names that protocol v1 takes as they are
+SAMPLING = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "cache_prompt")
+# llama-server fields for samplers and features this engine does not have: accepted at the value that
+# turns them off (what a client sends when it copies llama-server's defaults), refused otherwise
+NEUTRAL: dict[str, Any] = {"n_probs": 0, "typical_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+                           "dynatemp_range": 0.0, "mirostat": 0, "dry_multiplier": 0.0, "xtc_probability": 0.0,
+                           "ignore_eos": False, "n_keep": 0, "min_keep": 0, "t_max_predict_ms": 0,
+                           "id_slot": -1, "n_cmpl": 1, "n": 1, "logprobs": False, "top_logprobs": 0,
+                           "post_sampling_probs": False, "return_tokens": False, "timings_per_token": False,
+                           "return_progress": False, "logit_bias": None, "lora": None}
+
+
+def _neutral(obj: dict[str, Any]) -> None:
+    for name, off in NEUTRAL.items():
+        v = obj.get(name)
+        if v is None or v == off or (off is None and v in ([], {})):
+            continue
+        if isinstance(off, bool) != isinstance(v, bool):
+            raise HttpError(400, f"field {name!r} must be {json.dumps(off)} here, got {json.dumps(v)[:40]}")
+        raise HttpError(400, f"field {name!r} is not supported by this server (only {json.dumps(off)}: "
+                             f"the engine has no such sampler or feature), got {json.dumps(v)[:40]}")
+
+
+def grammar_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """llama-server's `grammar` / `json_schema` and OpenAI's `response_format` -> protocol v1's `grammar` /
+    `json_schema` request fields (issue 20). Whether they are served is protocol v1's decision: until the
+    grammar sampler lands there, parse_line refuses them as unknown fields, naming the field."""
+    out: dict[str, Any] = {}
+    if obj.get("grammar") not in (None, ""):
+        out["grammar"] = obj["grammar"]
+    if obj.get("json_schema") is not None:
+        out["json_schema"] = obj["json_schema"]
+    rf = obj.get("response_format")
+    if rf is None:
+        return out
+    if not isinstance(rf, dict) or not isinstance(rf.get("type"), str):
+        raise HttpError(400, "field 'response_format' must be an object with a 'type'")
+    kind = rf["type"]
+    if kind == "text":
+        return out
+    if kind not in ("json_object", "json_schema"):
+        raise HttpError(400, f"response_format type {kind!r} is not one of text, json_object, json_schema")
+    # OpenAI: {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}; llama-server also takes
+    # {"type": "json_schema" | "json_object", "schema": {...}}; json_object without a schema: any JSON object
+    schema = rf.get("schema")
+    if schema is None and isinstance(rf.get("json_schema"), dict):
+        schema = rf["json_schema"].get("schema")
+    if schema is None:
+        if kind == "json_schema":
+            raise HttpError(400, "response_format json_schema needs a 'json_schema': {'schema': {...}}")
+        schema = {"type": "object"}
+    if "grammar" in out or "json_schema" in out:
+        raise HttpError(400, "give one of 'grammar', 'json_schema' or 'response_format'")
+    out["json_schema"] = schema
+    return out
+
+
+def _seed(obj: dict[str, Any], v1: dict[str, Any]) -> None:
+    seed = obj.get("seed")
+    if seed is not None and seed != -1:  # llama-server's -1: a random seed, protocol v1's null
+        v1["seed"] = seed
+
+
+def llama_completion(obj: dict[str, Any], req_id: str) -> dict[str, Any]:
+    """POST /completion's body (llama-server names) -> a protocol v1 completion request object."""
+    _neutral(obj)
+    prompt = obj.get("prompt")
+    if not isinstance(prompt, str):
+        raise HttpError(400, "field 'prompt' must be a string (token arrays and several prompts are not "
+                             "supported here)" if prompt is not None else "field 'prompt' is required")
+    # llama-server parses special tokens in prompts; its stream default is false (protocol v1's is true)
+    v1: dict[str, Any] = {"id": req_id, "prompt": prompt, "special": True, "stream": False}
+    for name in (*SAMPLING, "n_predict", "stop", "stream"):
+        if name in obj and obj[name] is not None:
+            v1[name] = obj[name]
+    _seed(obj, v1)
+    v1.update(grammar_fields(obj))
+    return v1
+
+
+def _openai_common(obj: dict[str, Any], v1: dict[str, Any]) -> None:
+    _neutral(obj)
+    n = obj.get("max_completion_tokens", obj.get("max_tokens"))
+    if n is not None:
+        v1["n_predict"] = n
+    for name in (*SAMPLING, "stream"):  # llama.cpp's own sampling fields work here too
+        if obj.get(name) is not None:
+            v1[name] = obj[name]
+    if "n_predict" not in v1 and obj.get("n_predict") is not None:
+        v1["n_predict"] = obj["n_predict"]
+    if obj.get("stop") is not None:
+        v1["stop"] = obj["stop"]
+    _seed(obj, v1)
+    v1.update(grammar_fields(obj))
+
+
+def openai_completion(obj: dict[str, Any], req_id: str) -> dict[str, Any]:
+    """POST /v1/completions -> protocol v1 (prompt as a string)."""
+    prompt = obj.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise HttpError(400, "field 'prompt' must be a string (token arrays and several prompts are not "
+                             "supported here)" if prompt is not None else "field 'prompt' is required")
+    v1: dict[str, Any] = {"id": req_id, "prompt": prompt, "special": True, "stream": False}
+    _openai_common(obj, v1)
+    return v1
+
+
+def chat_messages(messages: Any) -> list[dict[str, Any]]:
+    """OpenAI's messages -> protocol v1's {role, content} turns: text parts joined, `developer` as
+    `system`; the roles and shapes left are protocol v1's to accept or refuse."""
+    if not isinstance(messages, list) or not messages:
+        raise HttpError(400, "field 'messages' must be a non-empty list")
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise HttpError(400, f"messages[{i}] must be an object")
+        content = m.get("content")
+        if isinstance(content, list):
+            texts = []
+            for part in content:
+                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                    raise HttpError(400, f"messages[{i}]: only text content parts are supported "
+                                         "(this server has no image or audio input)")
+                texts.append(part["text"])
+            content = "".join(texts)
+        if not isinstance(content, str):
+            raise HttpError(400, f"messages[{i}] needs a 'content' string (tool calls are not supported)")
+        role = m.get("role")
+        out.append({"role": "system" if role == "developer" else role, "content": content})
+    return out
+
+
+def openai_chat(obj: dict[str, Any], req_id: str) -> dict[str, Any]:
+    """POST /v1/chat/completions -> protocol v1 (messages through the model's chat template)."""
+    if obj.get("tools") or obj.get("tool_choice") not in (None, "none", "auto"):
+        raise HttpError(400, "tools are not supported by this server")
+    v1: dict[str, Any] = {"id": req_id, "messages": chat_messages(obj.get("messages")), "stream": False}
+    _openai_common(obj, v1)
+    return v1
+
+
+def parse_v1(v1: dict[str, Any]) -> P.Completion:
+    """Protocol v1's own validation of the mapped request: the same rules and messages as on JSON lines."""
+    try:
+        req = P.parse_line(json.dumps(v1).encode())
+    except P.ProtocolError as exc:
+        raise from_protocol_error(exc.code, str(exc)) from None
+    assert isinstance(req, P.Completion)
+    return req
+
+
+# ---- results ----
+
+STOP_TYPE = {"eos": "eos", "length": "limit", "context": "limit", "stop": "word", "cancelled": "none"}
+FINISH_REASON = {"eos": "stop", "stop": "stop", "length": "length", "context": "length", "cancelled": "stop"}
+
+
+def llama_timings(done: dict[str, Any]) -> dict[str, Any]:
+    """protocol v1's done.timings -> llama-server's timings object."""
+    t = done.get("timings") or {}
+    prompt_n, prompt_ms = t.get("prompt_n", 0), t.get("prompt_ms", 0.0)
+    pred_n, pred_ms = t.get("predicted_n", 0), t.get("predicted_ms", 0.0)
+    return {"cache_n": done.get("tokens_cached", 0),
+            "prompt_n": prompt_n, "prompt_ms": prompt_ms,
+            "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
+            "prompt_per_second": 1000.0 * prompt_n / prompt_ms if prompt_ms else 0.0,
+            "predicted_n": pred_n, "predicted_ms": pred_ms,
+            "predicted_per_token_ms": pred_ms / pred_n if pred_n else 0.0,
+            "predicted_per_second": 1000.0 * pred_n / pred_ms if pred_ms else 0.0}
+
+
+def usage(done: dict[str, Any]) -> dict[str, Any]:
+    prompt = done.get("tokens_evaluated", 0) + done.get("tokens_cached", 0)
+    completion = done.get("tokens_predicted", 0)
+    return {"completion_tokens": completion, "prompt_tokens": prompt, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": done.get("tokens_cached", 0)}}

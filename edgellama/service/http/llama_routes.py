@@ -1,0 +1,186 @@
+"""llama-server's own endpoints with its field names (tools/server/README.md of llama.cpp): /health,
+/metrics, /props, /slots, /completion (SSE when streaming), /tokenize, /detokenize, /apply-template.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import h11
+
+from edgellama.service import protocol as P
+from edgellama.service.http import fields as F
+from edgellama.service.http.connection import HttpConnection
+from edgellama.service.scheduler import render_chat
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n\n"
+
+
+def _llm(conn: HttpConnection) -> Any:
+    """The loaded model, or 503 while it loads."""
+    llm = conn.server.scheduler.llm
+    if llm is None or conn.server.scheduler.status != "ok":
+        raise F.HttpError(503, "Loading model")
+    return llm
+
+
+def model_id(conn: HttpConnection) -> str:
+    """The model's name in results (llama-server's alias): its file name; /props has the path."""
+    return os.path.basename(conn.server.opts.model) or "edgellama"
+
+
+async def health(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
+    status = conn.server.scheduler.snapshot()["status"]
+    if conn.server.stopping:
+        raise F.HttpError(503, "Server is stopping")
+    if status != "ok":
+        raise F.HttpError(503, "Loading model")
+    conn.respond_json(200, {"status": "ok"})
+
+
+async def metrics(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
+    conn.respond(200, conn.server.metrics_text().encode(), b"text/plain; version=0.0.4; charset=utf-8")
+
+
+def default_params(conn: HttpConnection, req: P.Completion | None = None) -> dict[str, Any]:
+    """A request's sampling settings by llama-server's names (protocol v1's defaults when req is None)."""
+    r = req if req is not None else P.Completion(id=0)
+    return {"n_predict": r.n_predict, "seed": r.seed if r.seed is not None else -1, "temperature": r.temperature,
+            "top_k": r.top_k, "top_p": r.top_p, "min_p": r.min_p, "repeat_last_n": r.repeat_last_n,
+            "repeat_penalty": r.repeat_penalty, "stop": list(r.stop), "max_tokens": conn.server.scheduler.cfg.max_tokens,
+            "stream": r.stream, "n_probs": 0, "cache_prompt": r.cache_prompt,
+            "samplers": ["penalties", "top_k", "top_p", "min_p", "temperature"]}
+
+
+def slots(conn: HttpConnection) -> list[dict[str, Any]]:
+    snap = conn.server.scheduler.snapshot()
+    running = getattr(conn.server.scheduler, "running", None)  # the job in the one slot, if any
+    out = []
+    for i in range(snap["slots"]):
+        busy = i < snap["slots_busy"]
+        req = running.req if busy and running is not None and hasattr(running, "req") else None
+        out.append({"id": i, "n_ctx": snap["n_ctx"], "speculative": False, "is_processing": busy,
+                    "params": default_params(conn, req)})
+    return out
+
+
+async def get_slots(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
+    conn.respond_json(200, slots(conn))
+
+
+async def props(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
+    llm = conn.server.scheduler.llm
+    template = ""
+    if llm is not None:
+        t = llm.file.metadata.get("tokenizer.chat_template")
+        template = t if isinstance(t, str) else ""
+    snap = conn.server.scheduler.snapshot()
+    from edgellama import __version__
+
+    conn.respond_json(200, {
+        "default_generation_settings": {"id": 0, "n_ctx": snap["n_ctx"], "speculative": False,
+                                        "is_processing": False, "params": default_params(conn)},
+        "total_slots": snap["slots"], "model_path": conn.server.opts.model, "chat_template": template,
+        "modalities": {"vision": False, "audio": False}, "build_info": f"edgellama {__version__}",
+        "is_sleeping": False})
+
+
+def completion_result(conn: HttpConnection, req: P.Completion, done: dict[str, Any], content: str,
+                      text: str) -> dict[str, Any]:
+    """protocol v1's done -> llama-server's /completion result fields (content: this event's text; text:
+    the whole answer)."""
+    out: dict[str, Any] = {
+        "index": 0, "content": content, "id_slot": 0, "stop": True, "model": model_id(conn),
+        "tokens_predicted": done.get("tokens_predicted", 0), "tokens_evaluated": done.get("tokens_evaluated", 0),
+        "tokens_cached": done.get("tokens_cached", 0), "generation_settings": default_params(conn, req),
+        "prompt": req.prompt, "has_new_line": "\n" in text, "truncated": done.get("stop_reason") == "context",
+        "stop_type": F.STOP_TYPE.get(done["stop_reason"], "none"), "timings": F.llama_timings(done)}
+    if done["stop_reason"] == "stop" and len(req.stop) == 1:  # the event does not say which of several hit
+        out["stopping_word"] = req.stop[0]
+    elif done["stop_reason"] != "stop":
+        out["stopping_word"] = ""
+    return out
+
+
+async def completion(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
+    obj = F.json_body(body)
+    creq = F.parse_v1(F.llama_completion(obj, conn.next_id()))
+    text: list[str] = []
+    async for ev in conn.events(creq):
+        if ev["event"] == "token":
+            if not conn.response_started:
+                conn.start_stream()
+            conn.write(sse({"index": 0, "content": ev["text"], "stop": False, "id_slot": 0,
+                            "tokens_predicted": len(text) + 1}))
+            text.append(ev["text"])
+        elif ev["event"] == "done":
+            if creq.stream:
+                if not conn.response_started:
+                    conn.start_stream()
+                conn.write(sse(completion_result(conn, creq, ev, "", "".join(text))))
+                conn.end_stream()
+            else:
+                conn.respond_json(200, completion_result(conn, creq, ev, ev.get("content", ""), ev.get("content", "")))
+
+
+async def tokenize(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
+    obj = F.json_body(body)
+    content = obj.get("content")
+    if not isinstance(content, str):
+        raise F.HttpError(400, "field 'content' must be a string")
+    flags = {}
+    for name, default in (("add_special", False), ("parse_special", True), ("with_pieces", False)):
+        v = obj.get(name, default)
+        if not isinstance(v, bool):
+            raise F.HttpError(400, f"field {name!r} must be true or false")
+        flags[name] = v
+    tok = _llm(conn).tokenizer
+    ids = tok.encode(content, add_special=flags["add_special"], parse_special=flags["parse_special"])
+    if not flags["with_pieces"]:
+        conn.respond_json(200, {"tokens": ids})
+        return
+    pieces = []
+    for t in ids:
+        b = tok.token_bytes(t)
+        try:
+            piece: Any = b.decode("utf-8")
+        except UnicodeDecodeError:  # part of a character: its bytes, as llama-server does
+            piece = list(b)
+        pieces.append({"id": t, "piece": piece})
+    conn.respond_json(200, {"tokens": pieces})
+
+
+async def detokenize(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
+    obj = F.json_body(body)
+    ids = obj.get("tokens")
+    tok = _llm(conn).tokenizer
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise F.HttpError(400, "field 'tokens' must be a list of token ids")
+    bad = [t for t in ids if not 0 <= t < tok.n_vocab]
+    if bad:
+        raise F.HttpError(400, f"token id {bad[0]} out of range for a vocabulary of {tok.n_vocab}")
+    conn.respond_json(200, {"content": tok.decode(ids, strip_space_prefix=False)})
+
+
+def chat_prompt(conn: HttpConnection, messages: list[dict[str, Any]]) -> str:
+    """The text a chat request is evaluated as (the server's --system-prompt added as the scheduler does)."""
+    llm = _llm(conn)
+    system = conn.server.scheduler.cfg.system_prompt
+    if system and not any(m["role"] == "system" for m in messages):
+        messages = [{"role": "system", "content": system}, *messages]
+    try:
+        return render_chat(llm, messages)[0]
+    except P.ProtocolError as exc:
+        raise F.from_protocol_error(exc.code, str(exc)) from None
+
+
+async def apply_template(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
+    obj = F.json_body(body)
+    # protocol v1's checks of the messages (roles, shapes), with the same messages
+    creq = F.parse_v1({"id": 0, "messages": F.chat_messages(obj.get("messages"))})
+    assert creq.messages is not None
+    conn.respond_json(200, {"prompt": chat_prompt(conn, creq.messages)})

@@ -1,0 +1,99 @@
+"""OpenAI's endpoints as llama-server serves them: /v1/models, /v1/completions, /v1/chat/completions
+(streams end with `data: [DONE]`; `usage`, `finish_reason`, and llama-server's `timings`).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from typing import Any
+
+import h11
+
+from edgellama.service import protocol as P
+from edgellama.service.http import fields as F
+from edgellama.service.http.connection import HttpConnection
+from edgellama.service.http.llama_routes import model_id, sse
+
+DONE = b"data: [DONE]\n\n"
+
+
+async def models(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
+    llm = conn.server.scheduler.llm
+    meta = None
+    if llm is not None:
+        md = llm.file.metadata
+        meta = {"n_vocab": llm.n_vocab, "n_ctx": llm.n_ctx,
+                "n_ctx_train": md.get(f"{md.get('general.architecture')}.context_length"),
+                "n_embd": getattr(llm.desc, "n_embd", None), "size": os.path.getsize(llm.path)}
+    conn.respond_json(200, {"object": "list", "data": [
+        {"id": model_id(conn), "object": "model", "created": int(conn.server.started), "owned_by": "edgellama",
+         "meta": meta}]})
+
+
+def _stream_options(obj: dict[str, Any]) -> bool:
+    so = obj.get("stream_options")
+    if so is None:
+        return False
+    if not isinstance(so, dict) or not isinstance(so.get("include_usage", False), bool):
+        raise F.HttpError(400, "field 'stream_options' must be {\"include_usage\": true|false}")
+    return bool(so.get("include_usage", False))
+
+
+async def _serve(conn: HttpConnection, obj: dict[str, Any], creq: P.Completion, chat: bool) -> None:
+    include_usage = _stream_options(obj)
+    rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_urlsafe(16)
+    base = {"id": rid, "created": int(time.time()), "model": model_id(conn),
+            "object": "chat.completion.chunk" if chat else "text_completion", "system_fingerprint": "edgellama"}
+
+    def chunk(piece: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+        if chat:
+            delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else (
+                {"content": piece} if piece is not None else {})
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": finish}
+        return base | {"choices": [choice]}
+
+    def begin() -> None:
+        if not conn.response_started:
+            conn.start_stream()
+            if chat:
+                conn.write(sse(chunk(None, None, role=True)))
+
+    async for ev in conn.events(creq):
+        if ev["event"] == "token":
+            begin()
+            conn.write(sse(chunk(ev["text"], None)))
+        elif ev["event"] == "done":
+            finish = F.FINISH_REASON.get(ev["stop_reason"], "stop")
+            if creq.stream:
+                begin()
+                conn.write(sse(chunk(None, finish) | {"timings": F.llama_timings(ev)}))
+                if include_usage:
+                    conn.write(sse(base | {"choices": [], "usage": F.usage(ev)}))
+                conn.write(DONE)
+                conn.end_stream()
+                return
+            text = ev.get("content", "")
+            choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": text}
+            else:
+                choice["text"] = text
+            conn.respond_json(200, base | {"object": "chat.completion" if chat else "text_completion",
+                                           "choices": [choice], "usage": F.usage(ev),
+                                           "timings": F.llama_timings(ev)})
+
+
+async def completions(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
+    obj = F.json_body(body)
+    creq = F.parse_v1(F.openai_completion(obj, conn.next_id()))
+    await _serve(conn, obj, creq, chat=False)
+
+
+async def chat_completions(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
+    obj = F.json_body(body)
+    creq = F.parse_v1(F.openai_chat(obj, conn.next_id()))
+    await _serve(conn, obj, creq, chat=True)
