@@ -138,6 +138,11 @@ class HttpConnection(asyncio.Protocol):
         self.request = req
         self.body = bytearray()
         self.n_requests += 1
+        # h11 bounds a request still arriving; one that came whole in one read is measured here
+        size = len(req.method) + len(req.target) + sum(len(k) + len(v) + 4 for k, v in req.headers)
+        if size > MAX_HEADER:
+            self._refuse(431, f"request line and headers larger than {MAX_HEADER} bytes")
+            return
         length = dict(req.headers).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limits.max_body:
             self._refuse(413, f"request body of {int(length)} bytes is larger than {self.limits.max_body} "

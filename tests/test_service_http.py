@@ -1,0 +1,414 @@
+"""HTTP on the service's socket (issue 19) with real clients: Debian's curl over --unix-socket, the real
+`openai` SDK through its httpx transport's `uds=`, raw sockets for bad HTTP, and TCP with an API key.
+One SmolLM2 server for the module (it has a chat template); greedy, short generations."""
+
+from __future__ import annotations
+
+import http.client
+import importlib
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import skip_or_fail
+from tests.service_util import Conn, ServerProc, cli_env, text_of
+
+KEY = "test-key-19"
+MAX_BODY = 4096  # --max-line: the body limit
+HEADER_TIMEOUT = 2.0
+PROMPT = "The three primary colors are"
+CHAT = [{"role": "user", "content": "Name a color."}]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_path: Path) -> Iterator[ServerProc]:
+    port = free_port()
+    srv = ServerProc("-m", str(smollm2_path), "--max-line", str(MAX_BODY), "--max-tokens", "200",
+                     "--http-header-timeout", str(HEADER_TIMEOUT), "--http-port", str(port), "--api-key", KEY,
+                     "--log-format", "json")
+    srv.port = port  # type: ignore[attr-defined]
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.kill()
+
+
+class UnixHTTP(http.client.HTTPConnection):
+    """http.client over the server's UNIX socket (keep-alive: one connection, several requests)."""
+
+    def __init__(self, path: str, timeout: float = 120.0) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.unix_path)
+
+
+def call(srv: ServerProc, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    c = UnixHTTP(srv.path)
+    try:
+        c.request(method, path, body=None if body is None else json.dumps(body),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        data = r.read()
+        return r.status, json.loads(data) if r.getheader("content-type", "").startswith("application/json") else data
+    finally:
+        c.close()
+
+
+def curl(srv: ServerProc, path: str, body: dict[str, Any] | None = None) -> str:
+    if shutil.which("curl") is None:
+        skip_or_fail("curl is not installed (apt install curl)")
+    cmd = ["curl", "-sS", "--no-buffer", "--unix-socket", srv.path, f"http://localhost{path}"]
+    if body is not None:
+        cmd += ["-H", "Content-Type: application/json", "-d", json.dumps(body)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True)
+    return r.stdout
+
+
+def sse_data(text: str) -> list[str]:
+    """The `data:` payloads of a server-sent event stream, in order."""
+    return [line[len("data: "):] for line in text.split("\n") if line.startswith("data: ")]
+
+
+def protocol_v1_text(srv: ServerProc, **req: Any) -> str:
+    with srv.connect() as c:
+        events = c.ask({"id": "v1", "temperature": 0, "cache_prompt": False, **req})
+    assert events[-1]["event"] == "done", events
+    return text_of(events)
+
+
+# ---- curl ----
+
+def test_curl_health_and_completion_with_and_without_stream(server: ServerProc) -> None:
+    assert json.loads(curl(server, "/health")) == {"status": "ok"}
+    req = {"prompt": PROMPT, "n_predict": 6, "temperature": 0, "cache_prompt": False}
+    whole = json.loads(curl(server, "/completion", req))
+    assert whole["content"] and whole["stop"] is True and whole["stop_type"] == "limit"
+    assert whole["tokens_predicted"] == 6 and whole["timings"]["predicted_n"] == 6
+    assert whole["content"] == protocol_v1_text(server, prompt=PROMPT, n_predict=6)
+    events = [json.loads(d) for d in sse_data(curl(server, "/completion", req | {"stream": True}))]
+    assert [e["stop"] for e in events] == [False] * 6 + [True]  # one event per token, then the result
+    assert "".join(e["content"] for e in events) == whole["content"]
+    assert events[-1]["tokens_predicted"] == 6 and events[-1]["timings"]["predicted_n"] == 6
+
+
+def test_curl_chat_stream_ends_with_done(server: ServerProc) -> None:
+    out = curl(server, "/v1/chat/completions", {"messages": CHAT, "max_tokens": 5, "temperature": 0,
+                                                 "stream": True, "cache_prompt": False})
+    data = sse_data(out)
+    assert data[-1] == "[DONE]"
+    chunks = [json.loads(d) for d in data[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" and len({c["id"] for c in chunks}) == 1 for c in chunks)
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert text == protocol_v1_text(server, messages=CHAT, n_predict=5) and text.strip()
+
+
+# ---- the openai SDK ----
+
+@pytest.fixture(scope="module")
+def openai_client(server: ServerProc) -> Any:
+    try:
+        openai = importlib.import_module("openai")
+    except ImportError:
+        skip_or_fail("the openai package is not installed (pip install openai)")
+    # the httpx the SDK is built on (httpx, or httpx2 in newer releases): its transport takes uds=
+    base = next(c for c in openai.DefaultHttpxClient.__mro__[1:] if c.__name__ == "Client")
+    httpx = importlib.import_module(base.__module__.split(".")[0])
+    http_client = httpx.Client(transport=httpx.HTTPTransport(uds=server.path))
+    client = openai.OpenAI(base_url="http://localhost/v1", api_key="unused-on-the-unix-socket",
+                           http_client=http_client, max_retries=0)
+    yield client
+    http_client.close()
+
+
+def test_openai_sdk_chat_completions_and_models(server: ServerProc, openai_client: Any, smollm2_path: Path) -> None:
+    want_chat = protocol_v1_text(server, messages=CHAT, n_predict=6)
+    nocache = {"cache_prompt": False}
+    r = openai_client.chat.completions.create(model="any", messages=CHAT, max_tokens=6, temperature=0,
+                                              extra_body=nocache)
+    assert r.choices[0].message.content == want_chat and want_chat.strip()
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 6 and r.usage.prompt_tokens > 6
+    stream = openai_client.chat.completions.create(model="any", messages=CHAT, max_tokens=6, temperature=0,
+                                                   stream=True, stream_options={"include_usage": True},
+                                                   extra_body=nocache)
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want_chat
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].usage.completion_tokens == 6  # stream_options.include_usage: the last chunk
+    want_text = protocol_v1_text(server, prompt=PROMPT, n_predict=6)
+    c = openai_client.completions.create(model="any", prompt=PROMPT, max_tokens=6, temperature=0, extra_body=nocache)
+    assert c.choices[0].text == want_text and c.usage.completion_tokens == 6
+    models = list(openai_client.models.list())
+    assert [m.id for m in models] == [smollm2_path.name]
+
+
+# ---- field names against llama-server's README (tools/server/README.md of llama.cpp, as vendored in
+# llama-cpp-python 0.3.36): request fields it documents, and the result fields a client reads ----
+
+LLAMA_REQUEST = {  # /completion options at llama-server's documented defaults (or a value this engine serves)
+    "prompt": PROMPT, "temperature": 0.0, "dynatemp_range": 0.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05,
+    "n_predict": 3, "n_keep": 0, "stream": False, "stop": [], "typical_p": 1.0, "repeat_penalty": 1.0,
+    "repeat_last_n": 64, "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0,
+    "xtc_probability": 0.0, "mirostat": 0, "seed": -1, "ignore_eos": False, "logit_bias": [], "n_probs": 0,
+    "min_keep": 0, "t_max_predict_ms": 0, "id_slot": -1, "cache_prompt": True, "return_tokens": False,
+    "samplers": ["top_k", "top_p", "min_p", "temperature"], "timings_per_token": False,
+    "post_sampling_probs": False, "response_fields": [], "lora": []}
+LLAMA_RESULT = {"content", "stop", "generation_settings", "model", "prompt", "stop_type", "stopping_word", "timings",
+                "tokens_cached", "tokens_evaluated", "tokens_predicted", "truncated"}
+LLAMA_TIMINGS = {"cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n",
+                 "predicted_ms", "predicted_per_token_ms", "predicted_per_second"}
+LLAMA_STOP_TYPES = {"none", "eos", "limit", "word"}
+LLAMA_PROPS = {"default_generation_settings", "total_slots", "model_path", "chat_template", "modalities",
+               "build_info"}
+LLAMA_SLOT = {"id", "n_ctx", "speculative", "is_processing", "params"}
+LLAMA_PARAMS = {"n_predict", "seed", "temperature", "top_k", "top_p", "min_p", "repeat_last_n", "repeat_penalty",
+                "stop", "max_tokens", "stream", "n_probs", "samplers"}
+OPENAI_USAGE = {"completion_tokens", "prompt_tokens", "total_tokens", "prompt_tokens_details"}
+
+
+def test_llama_server_field_names(server: ServerProc) -> None:
+    status, r = call(server, "POST", "/completion", LLAMA_REQUEST)
+    assert status == 200, r
+    assert LLAMA_RESULT <= set(r) and LLAMA_TIMINGS <= set(r["timings"]), set(r)
+    assert r["stop_type"] in LLAMA_STOP_TYPES and r["stop_type"] == "limit"
+    assert LLAMA_PARAMS <= set(r["generation_settings"])
+    stopped = call(server, "POST", "/completion", {"prompt": PROMPT, "n_predict": 8, "temperature": 0,
+                                                   "stop": [r["content"].split()[-1]]})[1]
+    assert stopped["stop_type"] == "word" and stopped["stopping_word"] == r["content"].split()[-1]
+    status, props = call(server, "GET", "/props")
+    assert status == 200 and LLAMA_PROPS <= set(props) and "im_start" in props["chat_template"]
+    assert LLAMA_PARAMS <= set(props["default_generation_settings"]["params"])
+    status, slots = call(server, "GET", "/slots")
+    assert status == 200 and len(slots) == 1 and LLAMA_SLOT <= set(slots[0])
+    toks = call(server, "POST", "/tokenize", {"content": "Hello world", "with_pieces": True})[1]["tokens"]
+    assert "".join(t["piece"] for t in toks) == "Hello world" and all(set(t) == {"id", "piece"} for t in toks)
+    ids = call(server, "POST", "/tokenize", {"content": "Hello world"})[1]["tokens"]
+    assert ids == [t["id"] for t in toks]
+    assert call(server, "POST", "/detokenize", {"tokens": ids})[1] == {"content": "Hello world"}
+    prompt = call(server, "POST", "/apply-template", {"messages": CHAT})[1]["prompt"]
+    assert prompt.endswith("<|im_start|>assistant\n") and "Name a color." in prompt
+    status, text = call(server, "GET", "/metrics")
+    assert status == 200 and b"llamacpp:tokens_predicted_total" in text
+    status, chat = call(server, "POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 2})
+    assert status == 200 and OPENAI_USAGE <= set(chat["usage"]) and LLAMA_TIMINGS <= set(chat["timings"])
+    assert chat["object"] == "chat.completion" and chat["choices"][0]["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize(("body", "status", "words"), [
+    ({"prompt": PROMPT, "mirostat": 2}, 400, "'mirostat' is not supported"),
+    ({"prompt": PROMPT, "n_probs": 3}, 400, "'n_probs' is not supported"),
+    ({"prompt": [1, 2, 3]}, 400, "token arrays"),
+    ({"prompt": PROMPT, "top_p": 3}, 400, "top_p"),  # protocol v1's range check, its words
+    ({"prompt": PROMPT, "grammar": "root ::= \"yes\""}, 400, "grammar"),  # until issue 20 wires it
+])
+def test_refused_fields_get_llama_server_error_json(server: ServerProc, body: dict[str, Any], status: int,
+                                                    words: str) -> None:
+    got, r = call(server, "POST", "/completion", body)
+    assert got == status and r["error"]["code"] == status and r["error"]["type"] == "invalid_request_error"
+    assert words in r["error"]["message"], r
+
+
+# ---- bad HTTP: each answered 4xx or closed, and the server goes on ----
+
+def raw(srv: ServerProc, data: bytes, then_close: bool = False, timeout: float = 30.0) -> bytes:
+    """Sends data on a fresh connection; everything the server answers until it closes (or timeout)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(srv.path)
+    try:
+        s.sendall(data)
+        if then_close:
+            s.shutdown(socket.SHUT_WR)
+        out = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        return out
+    finally:
+        s.close()
+
+
+def status_of(answer: bytes) -> int:
+    return int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else 0
+
+
+def test_bad_http_is_refused_and_the_server_goes_on(server: ServerProc) -> None:
+    assert status_of(raw(server, b"GARBAGE REQUEST\r\n\r\n")) == 400
+    assert status_of(raw(server, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 40000 + b"\r\n\r\n")) == 431
+    over = raw(server, b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY + 1))
+    assert status_of(over) == 413 and b"--max-line" in over
+    chunked = (b"POST /completion HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+               + (b"400\r\n" + b"x" * 1024 + b"\r\n") * 5 + b"0\r\n\r\n")
+    assert status_of(raw(server, chunked)) == 413
+    # a body shorter than its Content-Length, then the client closes: no request runs
+    short = raw(server, b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{\"prompt\": \"x\"",
+                then_close=True)
+    assert status_of(short) in (0, 400)
+    assert call(server, "GET", "/nowhere")[0] == 404 and call(server, "GET", "/completion")[0] == 405
+    status, r = call(server, "POST", "/completion", None)
+    assert status == 400 and "not JSON" in r["error"]["message"]
+    assert call(server, "GET", "/health") == (200, {"status": "ok"})
+
+
+def test_a_slowloris_trickle_is_cut_at_the_header_timeout(server: ServerProc) -> None:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(0.3)
+    s.connect(server.path)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    answer, t0 = b"", time.monotonic()
+    try:
+        while time.monotonic() - t0 < 10 * HEADER_TIMEOUT:  # it would trickle forever
+            try:
+                s.sendall(b"X-Slow: 1\r\n")
+            except (BrokenPipeError, ConnectionResetError):  # closed: what it said before is still readable
+                answer += s.recv(4096)
+                break
+            try:
+                chunk = s.recv(4096)
+            except TimeoutError:
+                continue
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            answer += chunk
+    finally:
+        s.close()
+    assert time.monotonic() - t0 < 10 * HEADER_TIMEOUT, "the trickling connection was never cut"
+    assert status_of(answer) == 408, answer
+    assert call(server, "GET", "/health")[0] == 200
+
+
+def test_keep_alive_expect_100_continue_and_chunked_bodies(server: ServerProc) -> None:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(120)
+    s.connect(server.path)
+    body = json.dumps({"content": "Hello world"}).encode()
+    s.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+    assert s.recv(4096).startswith(b"HTTP/1.1 100 ")  # asked to go on before the body is sent
+    s.sendall(body)
+    f = s.makefile("rb")
+    r1 = http.client.HTTPResponse(s)
+    r1.begin()
+    tokens = json.loads(r1.read())["tokens"]
+    # the same connection again (keep-alive), the body chunked this time
+    s.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+              + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+    r2 = http.client.HTTPResponse(s)
+    r2.begin()
+    assert r2.status == 200 and json.loads(r2.read())["tokens"] == tokens and tokens
+    f.close()
+    s.close()
+
+
+# ---- TCP, cancellation, mixed clients ----
+
+def test_tcp_needs_the_api_key(server: ServerProc) -> None:
+    port = server.port  # type: ignore[attr-defined]
+
+    def get(path: str, key: str | None) -> tuple[int, Any]:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        try:
+            c.request("GET", path, headers={"Authorization": f"Bearer {key}"} if key else {})
+            r = c.getresponse()
+            return r.status, json.loads(r.read())
+        finally:
+            c.close()
+
+    status, r = get("/v1/models", None)
+    assert status == 401 and r["error"] == {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}
+    assert get("/v1/models", "wrong")[0] == 401
+    assert get("/v1/models", KEY)[0] == 200
+    assert get("/health", None)[0] == 200  # public, as on llama-server
+
+
+def test_tcp_without_a_key_or_insecure_flag_is_refused_at_start(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "edgellama.cli", "serve", "--socket", str(tmp_path / "s"),
+                        "--http-port", "8080"], capture_output=True, text=True, env=cli_env(), timeout=60,
+                       check=False)
+    assert r.returncode == 1 and "--api-key" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_closing_an_http_stream_cancels_its_generation(server: ServerProc) -> None:
+    c = UnixHTTP(server.path)
+    c.request("POST", "/completion", body=json.dumps({"prompt": "Tell a long story.", "n_predict": 200,
+                                                      "stream": True}))
+    r = c.getresponse()
+    assert r.status == 200 and r.readline().startswith(b"data: ")  # generating
+    c.close()
+    r.close()
+    deadline = time.monotonic() + 60
+    while call(server, "GET", "/slots")[1][0]["is_processing"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not call(server, "GET", "/slots")[1][0]["is_processing"]  # freed long before 200 tokens
+    logged = [json.loads(line) for line in server.stderr().splitlines() if '"outcome": "cancelled"' in line]
+    assert logged and logged[-1]["n_predicted"] < 200
+
+
+def test_http_and_json_lines_clients_at_once(server: ServerProc) -> None:
+    results: dict[str, str] = {}
+
+    def http_client(i: int) -> None:
+        status, r = call(server, "POST", "/completion", {"prompt": f"Count to {i + 2}:", "n_predict": 3,
+                                                         "temperature": 0, "cache_prompt": False})
+        results[f"http{i}"] = r["content"] if status == 200 else f"status {status}"
+
+    def lines_client(i: int) -> None:
+        with Conn(server.path) as c:
+            events = c.ask({"id": i, "prompt": f"Count to {i + 2}:", "n_predict": 3, "temperature": 0,
+                            "cache_prompt": False})
+        results[f"lines{i}"] = text_of(events) if events[-1]["event"] == "done" else str(events[-1])
+
+    threads = [threading.Thread(target=f, args=(i,)) for i in range(2) for f in (http_client, lines_client)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert sorted(results) == ["http0", "http1", "lines0", "lines1"]
+    for i in range(2):  # the same greedy request gives the same text on either protocol
+        assert results[f"http{i}"] == results[f"lines{i}"] and results[f"http{i}"].strip()
+
+
+def test_base_model_health_503_while_loading_and_chat_refused(gemma_path: Path) -> None:
+    srv = ServerProc("-m", str(gemma_path))
+    try:
+        statuses: list[int] = []
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and 200 not in statuses:
+            try:
+                statuses.append(call(srv, "GET", "/health")[0])
+            except (FileNotFoundError, ConnectionRefusedError):
+                time.sleep(0.01)
+        assert statuses[0] == 503 and statuses[-1] == 200 and set(statuses) == {503, 200}, statuses
+        status, r = call(srv, "POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 2})
+        assert status == 400 and "no chat template" in r["error"]["message"], r
+        status, r = call(srv, "POST", "/apply-template", {"messages": CHAT})
+        assert status == 400 and "no chat template" in r["error"]["message"], r
+    finally:
+        srv.kill()
