@@ -1,5 +1,5 @@
 #!/bin/sh
-# make-root.sh - builds (once) an arm64 Debian bookworm root with python3, numpy, cffi, pyserial and
+# make-root.sh - builds (once) an arm64 Debian bookworm root with python3, numpy, cffi, pyserial, h11 and
 # pytest, runnable with `qemu-aarch64 -L ROOT ROOT/usr/bin/python3.11` (no chroot, no binfmt needed).
 # Usage: cross/make-root.sh [ROOT]   (default $EDGELLAMA_ARM64_ROOT or ~/.cache/edgellama/arm64-bookworm)
 # Prints the root's path as its last line. Skips all work when the root is already complete.
@@ -9,7 +9,7 @@ ROOT=${1:-${EDGELLAMA_ARM64_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/edgellama/arm6
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # python3-ply: pycparser needs it (cffi parses the header when emitting the extension source) and
 # debootstrap does not pull it in by itself
-PKGS=python3,python3-numpy,python3-cffi,python3-serial,python3-pytest,python3-ply,libpython3.11-dev
+PKGS=python3,python3-numpy,python3-cffi,python3-serial,python3-h11,python3-pytest,python3-ply,libpython3.11-dev
 STAMP="$ROOT/.edgellama-root-ok"
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PKGS" ]; then

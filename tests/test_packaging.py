@@ -82,7 +82,7 @@ def test_built_wheel_contains_and_imports_every_module(tmp_path: Path) -> None:
     assert "edgellama/__main__.py" in names and "edgellama/cli/__main__.py" in names
     # the units and default config that install-service puts in place, as data files under the prefix
     data = f"edgellama-{wheel.name.split('-')[1]}.data/data/share/edgellama/systemd"
-    for unit in ("edgellama.service", "edgellama.socket", "edgellama.toml"):
+    for unit in ("edgellama.service", "edgellama.socket", "edgellama.toml", "edgellama-tcp.conf"):
         assert f"{data}/{unit}" in names, names
         assert (tmp_path / "site" / data / unit).read_bytes() == (ROOT / "systemd" / unit).read_bytes()
     site = str(tmp_path / "site")

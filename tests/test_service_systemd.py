@@ -156,6 +156,36 @@ def test_service_security_exposure_at_most_1_5(tmp_path: Path) -> None:
     assert float(m.group(1)) <= 1.5
 
 
+def _security_rows(units: Path) -> tuple[dict[str, str], float]:
+    r = subprocess.run(["systemd-analyze", "security", "--offline=yes", "edgellama.service"], cwd=units,
+                       capture_output=True, text=True, check=False)
+    m = re.search(r"Overall exposure level for edgellama.service: ([0-9.]+)", r.stdout)
+    assert m, r.stdout + r.stderr
+    rows = {}
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        if len(parts) > 1 and parts[0] in ("✓", "✗"):
+            rows[parts[1]] = parts[0]
+    return rows, float(m.group(1))
+
+
+@needs_systemd
+def test_tcp_drop_in_verifies_and_relaxes_only_the_network(tmp_path: Path) -> None:
+    plain, _ = _security_rows(_install(tmp_path / "plain"))
+    r = subprocess.run([sys.executable, "-m", "edgellama.cli", "install-service", "--root", str(tmp_path / "tcp"),
+                        "--tcp"], capture_output=True, text=True, env=cli_env(), check=True)
+    units = tmp_path / "tcp/etc/systemd/system"
+    assert (units / "edgellama.service.d/edgellama-tcp.conf").is_file(), r.stdout
+    # systemd-analyze reads the drop-in directory beside the unit: an unknown key there would be reported
+    v = subprocess.run(["systemd-analyze", "verify", "edgellama.service"], cwd=units, capture_output=True,
+                       text=True, check=False)
+    assert v.returncode == 0 and not v.stderr.strip() and not v.stdout.strip(), (v.stdout, v.stderr)
+    tcp, exposure = _security_rows(units)
+    changed = {k for k in plain.keys() | tcp.keys() if plain.get(k) != tcp.get(k)}
+    assert changed == {"PrivateNetwork=", "RestrictAddressFamilies=~AF_(INET|INET6)", "IPAddressDeny="}, changed
+    assert tcp["PrivateNetwork="] == "✗" and exposure <= 1.5
+
+
 def test_default_config_parses_and_the_command_line_wins(gemma_path: Path, tmp_path: Path) -> None:
     conf = tmp_path / "edgellama.toml"
     shipped = (Path(__file__).resolve().parent.parent / "systemd/edgellama.toml").read_text()

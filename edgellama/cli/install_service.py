@@ -14,6 +14,7 @@ from typing import Any
 
 UNITS = ("edgellama.service", "edgellama.socket")
 CONFIG = "edgellama.toml"
+TCP_DROP_IN = "edgellama-tcp.conf"  # relaxes PrivateNetwork=/RestrictAddressFamilies= for --http-port
 
 
 # Where a wheel install puts systemd/ (pyproject.toml's data-files), relative to its prefix
@@ -37,6 +38,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--exec", dest="exec_cmd", default=None,
                    help="command that runs edgellama (default: this interpreter with -m edgellama.cli)")
     p.add_argument("--force", action="store_true", help="overwrite an existing config file")
+    p.add_argument("--tcp", action="store_true",
+                   help=f"also install the drop-in {TCP_DROP_IN} that lets the service listen on TCP (http-port)")
     p.set_defaults(handler=install)
 
 
@@ -62,6 +65,11 @@ def install(args: argparse.Namespace) -> int:
         text = (src / name).read_text().replace("/usr/bin/edgellama", cmd)
         (unit_dst / name).write_text(text)
         print(f"installed {unit_dst / name}")
+    if args.tcp:
+        drop_dir = unit_dst / "edgellama.service.d"
+        drop_dir.mkdir(exist_ok=True)
+        shutil.copyfile(src / TCP_DROP_IN, drop_dir / TCP_DROP_IN)
+        print(f"installed {drop_dir / TCP_DROP_IN} (set http-port and api-key-file in {conf_dst / CONFIG})")
     conf = conf_dst / CONFIG
     if conf.exists() and not args.force:
         print(f"kept existing {conf} (--force to replace)")
