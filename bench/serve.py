@@ -2,17 +2,22 @@
 `edgellama run`, time to first token of a short chat turn with the system prompt cached, and queue
 wait / TTFT percentiles at 1, 2 and 4 concurrent clients.
 
-Usage: python bench/serve.py [-m MODEL] [-c 512] [-t 1] [-n 32] [--repeats 3] [--json]
+Usage: python bench/serve.py [-m MODEL] [-c 512] [-t 1] [-n 32] [--repeats 3] [--json] [--http]
 - overhead: the same raw prompt, greedy, n tokens, the cache cleared (cache_prompt false), run and
   socket requests alternated `--repeats` times (medians): client wall time over the socket against
   run's prompt + generation time; and the client's wall time against the server's own engine time
   (prompt_ms + predicted_ms in `done`), which isolates the socket, JSON and loop cost.
 - ttft: a short user turn after a cached --system-prompt, measured by the client from send to first token.
-- concurrency: C clients each send R chat turns back to back; queue_ms (from `done`) and client TTFT."""
+- concurrency: C clients each send R chat turns back to back; queue_ms (from `done`) and client TTFT.
+- --http (only this, issue 19): the same greedy raw-prompt stream over protocol v1 and over HTTP
+  (`POST /completion`, SSE) on one socket, alternated `--repeats` times: client wall time of each
+  (medians) and the inter-token gaps at the client (each token's arrival after the previous one), which
+  show whether SSE events are flushed per token."""
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -26,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from tests.service_util import Conn, ServerProc, cli_env
+from tests.service_util import Conn, ServerProc, UnixHTTP, cli_env
 
 PROMPT = "The history of the bicycle begins in the early nineteenth century, when"
 SYSTEM = ("You are the voice assistant of a kitchen appliance. Answer in one or two short sentences, "
@@ -53,6 +58,69 @@ def socket_once(c: Conn, n: int) -> tuple[float, float]:
     return wall, (ev["timings"]["prompt_ms"] + ev["timings"]["predicted_ms"]) / 1000.0
 
 
+def v1_stream(c: Conn, n: int) -> tuple[float, list[float]]:
+    """(wall s, arrival gaps s between tokens) of one protocol v1 stream."""
+    t0 = time.perf_counter()
+    c.send({"id": "s", "prompt": PROMPT, "n_predict": n, "temperature": 0, "cache_prompt": False})
+    arrivals: list[float] = []
+    while True:
+        ev = c.event()
+        if ev["event"] == "token":
+            arrivals.append(time.perf_counter())
+        elif ev["event"] in ("done", "error"):
+            assert ev["event"] == "done" and ev["tokens_predicted"] == n, ev
+            return time.perf_counter() - t0, [b - a for a, b in itertools.pairwise(arrivals)]
+
+
+def http_stream(h: UnixHTTP, n: int) -> tuple[float, list[float]]:
+    """The same over HTTP: POST /completion with stream, read event by event on a keep-alive connection."""
+    t0 = time.perf_counter()
+    h.request("POST", "/completion", body=json.dumps({"prompt": PROMPT, "n_predict": n, "temperature": 0,
+                                                      "cache_prompt": False, "stream": True}))
+    r = h.getresponse()
+    assert r.status == 200, r.read()
+    arrivals: list[float] = []
+    while True:
+        line = r.readline()
+        if not line.startswith(b"data: "):
+            if not line:
+                raise EOFError("stream ended without its last event")
+            continue
+        ev = json.loads(line[6:])
+        if not ev["stop"]:
+            arrivals.append(time.perf_counter())
+            continue
+        assert ev["tokens_predicted"] == n, ev
+        r.read()  # the chunked body's end, so the connection is ready for the next request
+        return time.perf_counter() - t0, [b - a for a, b in itertools.pairwise(arrivals)]
+
+
+def http_vs_v1(srv: ServerProc, n: int, repeats: int) -> dict[str, Any]:
+    v1_walls, http_walls, v1_gaps, http_gaps = [], [], [], []
+    with srv.connect() as c:
+        h = UnixHTTP(srv.path)
+        v1_stream(c, 2)
+        http_stream(h, 2)  # warm both paths
+        for _ in range(repeats):
+            wall, gaps = v1_stream(c, n)
+            v1_walls.append(wall)
+            v1_gaps += gaps
+            wall, gaps = http_stream(h, n)
+            http_walls.append(wall)
+            http_gaps += gaps
+        h.close()
+    v1_s, http_s = statistics.median(v1_walls), statistics.median(http_walls)
+
+    def gap_stats(gaps: list[float]) -> dict[str, float]:
+        return {"p50_ms": round(1000 * pct(gaps, 50), 2), "p95_ms": round(1000 * pct(gaps, 95), 2),
+                "min_ms": round(1000 * min(gaps), 2), "max_ms": round(1000 * max(gaps), 2), "n": len(gaps)}
+
+    return {"v1_wall_s": round(v1_s, 3), "http_wall_s": round(http_s, 3),
+            "http_vs_v1_pct": round(100 * (http_s / v1_s - 1), 2),
+            "v1_walls_s": [round(x, 3) for x in v1_walls], "http_walls_s": [round(x, 3) for x in http_walls],
+            "v1_gaps": gap_stats(v1_gaps), "http_gaps": gap_stats(http_gaps)}
+
+
 def chat_turn(c: Conn, rid: str, text: str, n: int) -> tuple[float, float]:
     """(client TTFT s, server queue wait s)."""
     t0 = time.perf_counter()
@@ -77,6 +145,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--turns", type=int, default=4, help="chat turns per client in the concurrency runs")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--http", action="store_true", help="only HTTP streaming against protocol v1 (issue 19)")
     a = ap.parse_args()
     model = ["-m", a.model] if a.model else []
     engine = ["-c", str(a.ctx_size), "-t", str(a.threads)]
@@ -86,6 +155,11 @@ def main() -> None:
     rep: dict[str, Any] = {"n_predict": a.n_predict, "threads": a.threads, "n_ctx": a.ctx_size}
     try:
         srv.wait_ready()
+        if a.http:
+            rep["http"] = http_vs_v1(srv, a.n_predict, a.repeats)
+            srv.terminate()
+            print(json.dumps(rep) if a.json else json.dumps(rep, indent=1))
+            return
         runs, walls, engines = [], [], []
         with srv.connect() as c:
             socket_once(c, 2)  # warm the weights' pages for both paths

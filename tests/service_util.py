@@ -3,6 +3,7 @@ service tests, the soak test and bench/serve.py."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -74,6 +75,19 @@ class Conn:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class UnixHTTP(http.client.HTTPConnection):
+    """http.client over the server's UNIX socket (keep-alive: one connection, several requests)."""
+
+    def __init__(self, path: str, timeout: float = 120.0) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.unix_path)
 
 
 def text_of(events: list[dict[str, Any]]) -> str:

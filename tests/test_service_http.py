@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import skip_or_fail
-from tests.service_util import Conn, ServerProc, cli_env, text_of
+from tests.service_util import Conn, ServerProc, UnixHTTP, cli_env, text_of
 
 KEY = "test-key-19"
 MAX_BODY = 4096  # --max-line: the body limit
@@ -47,19 +47,6 @@ def server(smollm2_path: Path) -> Iterator[ServerProc]:
         yield srv
     finally:
         srv.kill()
-
-
-class UnixHTTP(http.client.HTTPConnection):
-    """http.client over the server's UNIX socket (keep-alive: one connection, several requests)."""
-
-    def __init__(self, path: str, timeout: float = 120.0) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.unix_path)
 
 
 def call(srv: ServerProc, method: str, path: str, body: Any = None) -> tuple[int, Any]:
