@@ -314,6 +314,13 @@ def test_keep_alive_expect_100_continue_and_chunked_bodies(server: ServerProc) -
     s.close()
 
 
+def test_a_half_closed_http_client_still_gets_its_answer(server: ServerProc) -> None:
+    body = json.dumps({"prompt": PROMPT, "n_predict": 2, "temperature": 0}).encode()
+    answer = raw(server, b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body),
+                 then_close=True)  # done sending, still reading (as `nc -N` does); then the server closes
+    assert status_of(answer) == 200 and json.loads(answer.split(b"\r\n\r\n", 1)[1])["tokens_predicted"] == 2
+
+
 # ---- TCP, cancellation, mixed clients ----
 
 def test_tcp_needs_the_api_key(server: ServerProc) -> None:

@@ -58,7 +58,8 @@ class HttpConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.inflight: dict[str | int, Any] = {}  # request id -> job (the server's bookkeeping)
         self.queues: dict[str | int, asyncio.Queue[dict[str, Any]]] = {}  # request id -> its events
-        self.eof = False  # the client half-closed: answer what is in flight, then close
+        self.eof = False  # the server closes a client with eof once its last event is sent: never here,
+        self.half_closed = False  # as the response is written after that event; this closes it instead
         self.closed = False
         self.request: h11.Request | None = None
         self.body = bytearray()
@@ -77,10 +78,13 @@ class HttpConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.got_bytes = True
         self.h11.receive_data(data)
+        if self.task is not None and len(self.h11.trailing_data[0]) > MAX_HEADER + self.limits.max_body:
+            assert self.transport is not None  # pipelined bytes beyond one request's worth wait in the kernel
+            self.transport.pause_reading()
         self._pump()
 
     def eof_received(self) -> bool:
-        self.eof = True
+        self.half_closed = True
         self.h11.receive_data(b"")
         self._pump()
         # a half-closed client still reads its answer; one that closed outright is gone (connection_lost
@@ -286,12 +290,8 @@ class HttpConnection(asyncio.Protocol):
         self.task = None
         if self.closed:
             return
-        if self.h11.our_state is h11.MUST_CLOSE or self.h11.their_state is h11.MUST_CLOSE or (
-                self.eof and self.h11.their_state is not h11.DONE):
-            self.close()
-            return
-        if self.eof:  # a half-closed client got its answer
-            self.close()
+        if self.half_closed or h11.MUST_CLOSE in (self.h11.our_state, self.h11.their_state):
+            self.close()  # a half-closed client got its answer, or HTTP says this connection ends
             return
         try:
             self.h11.start_next_cycle()
