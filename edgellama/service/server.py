@@ -222,8 +222,10 @@ class Server:
                     os.unlink(self.opts.socket_path)
                 raise ValueError(f"cannot listen on {self.opts.http_host}:{self.opts.http_port}: "
                                  f"{exc.strerror or exc}") from None
-            log.info("listening", extra={"fields": {"http": f"{self.opts.http_host}:{self.opts.http_port}",
-                                                    "api_key": bool(self.opts.api_keys)}})
+            log.log(logging.INFO if self.opts.api_keys else logging.WARNING,
+                    "listening" if self.opts.api_keys else "listening without an API key (--insecure-no-key)",
+                    extra={"fields": {"http": f"{self.opts.http_host}:{self.opts.http_port}",
+                                      "api_key": bool(self.opts.api_keys)}})
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.request_stop)
         self.loop.add_signal_handler(signal.SIGHUP, self.reopen_log)
