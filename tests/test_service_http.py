@@ -216,6 +216,34 @@ def test_refused_fields_get_llama_server_error_json(server: ServerProc, body: di
     assert words in r["error"]["message"], r
 
 
+@pytest.mark.parametrize(("body", "want"), [
+    ({"grammar": "root ::= \"yes\""}, {"grammar": "root ::= \"yes\""}),
+    ({"json_schema": {"type": "string"}}, {"json_schema": {"type": "string"}}),
+    ({"response_format": {"type": "text"}}, {}),
+    ({"response_format": {"type": "json_object"}}, {"json_schema": {"type": "object"}}),
+    ({"response_format": {"type": "json_object", "schema": {"type": "array"}}}, {"json_schema": {"type": "array"}}),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "integer"}}}},
+     {"json_schema": {"type": "integer"}}),
+])
+def test_grammar_fields_map_onto_protocol_v1_names(body: dict[str, Any], want: dict[str, Any]) -> None:
+    from edgellama.service.http import fields
+
+    assert fields.grammar_fields(body) == want
+    v1 = fields.openai_chat({"messages": CHAT, **body}, "g")
+    assert {k: v1[k] for k in ("grammar", "json_schema") if k in v1} == want
+
+
+def test_grammar_fields_refuse_what_they_cannot_map() -> None:
+    from edgellama.service.http import fields
+
+    for body, words in [({"response_format": {"type": "xml"}}, "not one of"),
+                        ({"response_format": {"type": "json_schema"}}, "needs a 'json_schema'"),
+                        ({"grammar": "x", "response_format": {"type": "json_object"}}, "give one of")]:
+        with pytest.raises(fields.HttpError) as e:
+            fields.grammar_fields(body)
+        assert e.value.status == 400 and words in str(e.value)
+
+
 # ---- bad HTTP: each answered 4xx or closed, and the server goes on ----
 
 def raw(srv: ServerProc, data: bytes, then_close: bool = False, timeout: float = 30.0) -> bytes:
