@@ -368,6 +368,16 @@ def test_tcp_needs_the_api_key(server: ServerProc) -> None:
     assert get("/v1/models", "wrong")[0] == 401
     assert get("/v1/models", KEY)[0] == 200
     assert get("/health", None)[0] == 200  # public, as on llama-server
+    # a refused request's body, arriving with its headers, never reaches a route
+    before = server.metrics()["llamacpp:prompt_tokens_total"]
+    s = socket.create_connection(("127.0.0.1", port), timeout=60)
+    body = json.dumps({"prompt": "Refused before any work", "n_predict": 2}).encode()
+    s.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    answer = s.recv(65536)
+    s.close()
+    assert status_of(answer) == 401
+    time.sleep(2.0)  # time enough for a prompt that slipped through to be evaluated
+    assert server.metrics()["llamacpp:prompt_tokens_total"] == before
 
 
 def test_tcp_without_a_key_or_insecure_flag_is_refused_at_start(tmp_path: Path) -> None:

@@ -61,6 +61,7 @@ class HttpConnection(asyncio.Protocol):
         self.eof = False  # the server closes a client with eof once its last event is sent: never here,
         self.half_closed = False  # as the response is written after that event; this closes it instead
         self.closed = False
+        self.refused = False  # answered before its request was read whole: nothing more is read
         self.request: h11.Request | None = None
         self.body = bytearray()
         self.task: asyncio.Task[None] | None = None
@@ -110,7 +111,7 @@ class HttpConnection(asyncio.Protocol):
 
     # ---- reading requests ----
     def _pump(self) -> None:
-        while not self.closed and self.task is None:
+        while not self.closed and not self.refused and self.task is None:
             try:
                 event = self.h11.next_event()
             except h11.RemoteProtocolError as exc:
@@ -193,7 +194,9 @@ class HttpConnection(asyncio.Protocol):
             self.transport.write(data)
 
     def _refuse(self, status: int, message: str) -> None:
-        """An error answer before the request was read whole: sent if h11 still may, then the connection closes."""
+        """An error answer before the request was read whole: sent if h11 still may, then the connection closes
+        (the rest of what the client sent is never parsed: a refused request's body never reaches a route)."""
+        self.refused = True
         if self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
             try:
                 self.respond_json(status, error_body(status, message, HttpError(status, message).type),
