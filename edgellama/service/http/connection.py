@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import itertools
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -30,6 +31,7 @@ log = logging.getLogger("edgellama.service")
 MAX_HEADER = 16384  # request line and headers (h11's incomplete-event bound): more is a 431
 PUBLIC = {"/health", "/v1/health"}  # answered without the API key, as llama-server does
 SERVER_NAME = b"edgellama"
+_REQUEST_IDS = itertools.count(1)
 
 
 @dataclass
@@ -67,7 +69,6 @@ class HttpConnection(asyncio.Protocol):
         self.task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.got_bytes = False  # bytes of the next request arrived (a timeout then gets a 408)
-        self.n_requests = 0
 
     # ---- asyncio.Protocol ----
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -142,7 +143,6 @@ class HttpConnection(asyncio.Protocol):
     def _request(self, req: h11.Request) -> None:
         self.request = req
         self.body = bytearray()
-        self.n_requests += 1
         # h11 bounds a request still arriving; one that came whole in one read is measured here
         size = len(req.method) + len(req.target) + sum(len(k) + len(v) + 4 for k, v in req.headers)
         if size > MAX_HEADER:
@@ -241,7 +241,8 @@ class HttpConnection(asyncio.Protocol):
 
     # ---- generation requests (through the server's scheduler) ----
     def next_id(self) -> str:
-        return f"http-{self.n_requests}"
+        """The protocol v1 id of this connection's current request, unique in the server's log."""
+        return f"http-{next(_REQUEST_IDS)}"
 
     def submit(self, req: P.Completion) -> asyncio.Queue[dict[str, Any]]:
         """Queues req like a protocol v1 line would be; its events arrive on the returned queue."""
