@@ -13,26 +13,29 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from edgellama.service import protocol as P
 from edgellama.service.logs import ReopenableHandler
 from edgellama.service.metrics import Metrics
 from edgellama.service.scheduler import EngineConfig, Job, Scheduler
-from edgellama.service.systemd import Notifier
+from edgellama.service.serial_port import PortConfig, SerialPort
+from edgellama.service.systemd import Notifier, activated
 from edgellama.service.transport import Connection, listening_socket
 
 log = logging.getLogger("edgellama.service")
+Client = Connection | SerialPort  # a socket connection or a serial port: the same calls reach both
 
 
 @dataclass
 class ServeOptions:
-    socket_path: str
+    socket_path: str | None  # None: no socket unless systemd passes one (serial ports only)
     socket_mode: int = 0o660
     max_line: int = 65536
     grace: float = 0.0
     log_prompts: bool = False
+    serial: list[PortConfig] = field(default_factory=list)
 
 
 class Server:
@@ -43,6 +46,7 @@ class Server:
         self.notifier = Notifier()
         self.log_handler = log_handler
         self.connections: set[Connection] = set()
+        self.ports: list[SerialPort] = []
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stop_requested: asyncio.Event | None = None
         self.fatal: BaseException | None = None
@@ -71,7 +75,7 @@ class Server:
         self.fatal = exc
         self.request_stop()
 
-    def _emitter(self, conn: Connection, job: Job) -> Callable[[dict[str, Any]], None]:
+    def _emitter(self, conn: Client, job: Job) -> Callable[[dict[str, Any]], None]:
         loop = self.loop
         assert loop is not None
 
@@ -80,7 +84,7 @@ class Server:
 
         return emit
 
-    def _deliver(self, conn: Connection, job: Job, event: dict[str, Any]) -> None:
+    def _deliver(self, conn: Client, job: Job, event: dict[str, Any]) -> None:
         conn.send(event)
         if event["event"] in ("done", "error"):
             if conn.inflight.get(job.req.id) is job:
@@ -106,13 +110,13 @@ class Server:
     def connection_opened(self, conn: Connection) -> None:
         self.connections.add(conn)
 
-    def connection_gone(self, conn: Connection) -> None:
+    def connection_gone(self, conn: Client) -> None:
         self.connections.discard(conn)
         for job in list(conn.inflight.values()):
             self.scheduler.cancel(job, "gone")  # frees the slot at the next decode step
         conn.inflight.clear()
 
-    def handle_line(self, conn: Connection, line: bytes) -> None:
+    def handle_line(self, conn: Client, line: bytes) -> None:
         try:
             req = P.parse_line(line)
         except P.ProtocolError as exc:
@@ -137,7 +141,7 @@ class Server:
             return
         conn.inflight[req.id] = job
 
-    def _control(self, conn: Connection, req: P.Control) -> None:
+    def _control(self, conn: Client, req: P.Control) -> None:
         if req.type == "health":
             snap = self.scheduler.snapshot()
             status = "stopping" if self.stopping else snap["status"]
@@ -183,13 +187,20 @@ class Server:
     async def run(self) -> int:
         self.loop = asyncio.get_running_loop()
         self.stop_requested = asyncio.Event()
-        sock, created = listening_socket(self.opts.socket_path, self.opts.socket_mode)
-        path = self.opts.socket_path if created else str(sock.getsockname() or "(passed by systemd)")
-        server = await self.loop.create_unix_server(lambda: Connection(self, self.opts.max_line), sock=sock)
+        server: asyncio.Server | None = None
+        created = False
+        if self.opts.socket_path is not None or activated():
+            sock, created = listening_socket(self.opts.socket_path or "", self.opts.socket_mode)
+            path = self.opts.socket_path if created else str(sock.getsockname() or "(passed by systemd)")
+            server = await self.loop.create_unix_server(lambda: Connection(self, self.opts.max_line), sock=sock)
+            log.info("listening", extra={"fields": {"socket": path, "activated": not created, "pid": os.getpid()}})
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.request_stop)
         self.loop.add_signal_handler(signal.SIGHUP, self.reopen_log)
-        log.info("listening", extra={"fields": {"socket": path, "activated": not created, "pid": os.getpid()}})
+        for cfg in self.opts.serial:  # each port opens (or keeps retrying) in its own thread
+            port = SerialPort(cfg, self, self.loop)
+            self.ports.append(port)
+            port.start()
         self.notifier.notify("STATUS=loading the model")
         self.scheduler.start()
         wd = asyncio.create_task(self._watchdog()) if self.notifier.watchdog_usec else None
@@ -199,7 +210,7 @@ class Server:
         finally:
             if wd is not None:
                 wd.cancel()
-            if created:
+            if created and self.opts.socket_path is not None:
                 try:
                     os.unlink(self.opts.socket_path)
                 except FileNotFoundError:
@@ -209,11 +220,12 @@ class Server:
             raise self.fatal
         return 0
 
-    async def _shutdown(self, server: asyncio.Server) -> None:
+    async def _shutdown(self, server: asyncio.Server | None) -> None:
         self.stopping = True
         self.notifier.notify("STOPPING=1\nSTATUS=stopping")
         log.info("stopping", extra={"fields": {"grace_s": self.opts.grace}})
-        server.close()  # stop accepting; open connections go on until their work ends
+        if server is not None:
+            server.close()  # stop accepting; open connections go on until their work ends
         if self.opts.grace > 0 and self.fatal is None:
             self.scheduler.refuse_new()
             deadline = time.monotonic() + self.opts.grace
@@ -224,5 +236,6 @@ class Server:
         await asyncio.sleep(0)  # deliver the last events queued by the engine thread
         for conn in list(self.connections):
             conn.close()
+        await asyncio.gather(*(asyncio.to_thread(port.stop) for port in self.ports))  # flush, then close
         await asyncio.sleep(0.05)  # let the transports flush and close
         log.info("stopped")
