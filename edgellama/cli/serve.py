@@ -120,6 +120,7 @@ def serve(args: argparse.Namespace) -> int:
 
     config.merge(args)
     check(args)
+    ports = serial_ports(args)
     model_path(args)  # a missing model is a one-line error now, not after the socket is up
     system = None
     if args.system_prompt:
@@ -130,7 +131,6 @@ def serve(args: argparse.Namespace) -> int:
 
         logging.getLogger("edgellama.service").warning(
             "--parallel %d: this engine decodes one sequence; serving with 1 slot", args.parallel)
-    ports = serial_ports(args)
     socket_path = args.socket or (None if ports else DEFAULT_SOCKET)
     opts = ServeOptions(socket_path=socket_path, socket_mode=args.socket_mode, max_line=args.max_line,
                         grace=args.grace, log_prompts=args.log_prompts, serial=ports)

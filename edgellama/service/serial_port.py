@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import os
 import re
+import select
 import termios
 import threading
 import time
@@ -422,14 +423,7 @@ class SerialPort:
         with self.out_cond:
             while self.out and self.ser is not None and time.monotonic() < deadline:
                 self.out_cond.wait(0.02)
-        self.stopping.set()
-        ser = self.ser
-        if ser is not None:
-            for cancel in ("cancel_read", "cancel_write"):
-                try:
-                    getattr(ser, cancel)()
-                except Exception:  # noqa: BLE001, S110 - URL ports without cancel; the tick ends the read anyway
-                    pass
+        self.stopping.set()  # the read and the write each wait at most a tick, then see it
         with self.out_cond:
             self.out_cond.notify_all()
         self.thread.join(5.0)
@@ -476,10 +470,6 @@ class SerialPort:
                 with self.out_cond:
                     self.out.clear()
                     self.out_cond.notify_all()
-                try:
-                    ser.cancel_write()
-                except Exception:  # noqa: BLE001, S110 - URL ports without cancel_write
-                    pass
                 writer.join(5.0)
                 try:
                     ser.close()
@@ -512,13 +502,27 @@ class SerialPort:
                     return
                 chunk = bytes(self.out[:WRITE_CHUNK])
             try:
-                n = ser.write(chunk)  # blocks while flow control (RTS/CTS, XOFF) holds the line
+                n = self._write_some(ser, chunk)  # waits while flow control (RTS/CTS, XOFF) holds the line
             except Exception:  # noqa: BLE001 - the reader sees the lost device and reopens
                 return
-            n = len(chunk) if n is None else n
             self.metrics.serial_bytes(self.name, sent=n)
             with self.out_cond:
                 del self.out[:n]
                 self.out_cond.notify_all()
-            if self.stopping.is_set() and n < len(chunk):  # stop() cancelled a write held by flow control
-                return
+
+    def _write_some(self, ser: Any, chunk: bytes) -> int:
+        """Bytes of chunk written. A tty is written by select + os.write: pyserial's own write spins on
+        EAGAIN while flow control holds the line (a busy core on a small board)."""
+        try:
+            fd = ser.fileno()
+        except Exception:  # noqa: BLE001 - URL ports (loop://, socket://) have no fd: their write does not spin
+            n = ser.write(chunk)
+            return len(chunk) if n is None else int(n)
+        while self.ser is ser and not self.stopping.is_set():
+            _, writable, _ = select.select([], [fd], [], 0.25)
+            if writable:
+                try:
+                    return os.write(fd, chunk)
+                except BlockingIOError:
+                    continue
+        return 0
