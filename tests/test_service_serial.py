@@ -346,9 +346,21 @@ def test_client_command_over_serial_in_both_modes(rig: Rig) -> None:
         assert r.stdout.rstrip("\n") == expected.rstrip("\n"), (mode, r.stdout, expected)
 
 
+def _serve_error(*args: str) -> str:
+    r = subprocess.run([sys.executable, "-m", "edgellama.cli", "serve", *args, "-m", os.devnull],
+                       capture_output=True, text=True, env=cli_env(), timeout=60, check=False)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, (args, r.stderr)
+    return r.stderr
+
+
 def test_bad_serial_settings_are_one_line_errors(tmp_path: Path) -> None:
     for spec, words in (("/dev/ttyUSB0,mode=binary", "mode must be one of"), ("/dev/ttyUSB0,speed=9600",
-                        "unknown setting 'speed'"), ("nosuch://x", "nosuch"), ("/dev/ttyUSB0,baud=x", "not a number")):
-        r = subprocess.run([sys.executable, "-m", "edgellama.cli", "serve", "--serial", spec, "-m",
-                            os.devnull], capture_output=True, text=True, env=cli_env(), timeout=60, check=False)
-        assert r.returncode == 1 and words in r.stderr and r.stderr.count("\n") == 1, (spec, r.stderr)
+                        "unknown setting 'speed'"), ("nosuch://x", "nosuch"), ("/dev/ttyUSB0,baud=x", "not a number"),
+                        ("/dev/ttyUSB0,parity=Q", "parity must be one of")):
+        assert words in _serve_error("--serial", spec), spec
+    conf = tmp_path / "serial.toml"  # the shipped serial.toml with a list of ports, as a TOML array
+    shipped = (Path(__file__).resolve().parent.parent / "systemd/serial.toml").read_text()
+    conf.write_text(shipped + 'serial = ["loop://", "/dev/ttyUSB0,mode=binary"]\n')
+    assert "mode must be one of" in _serve_error("--config", str(conf))
+    conf.write_text(shipped + 'serial = ["loop://"]\n')  # valid: the next thing refused is the model
+    assert "model path is not a file" in _serve_error("--config", str(conf))
