@@ -364,3 +364,27 @@ def test_bad_serial_settings_are_one_line_errors(tmp_path: Path) -> None:
     assert "mode must be one of" in _serve_error("--config", str(conf))
     conf.write_text(shipped + 'serial = ["loop://"]\n')  # valid: the next thing refused is the model
     assert "model path is not a file" in _serve_error("--config", str(conf))
+
+
+def test_serial_only_without_a_socket_and_a_clean_stop(smollm2_path: Path) -> None:
+    modem = NullModem()
+    srv = ServerProc(argv=[sys.executable, "-m", "edgellama.cli", "serve", "-m", str(smollm2_path), "-c", "128",
+                           "-t", "1", "--serial", modem.device.path, "--serial-mode", "text", "--eol", "lf",
+                           "--end-marker", "EOT"])
+    try:
+        port = Client(modem, timeout=1)
+        try:
+            deadline = time.monotonic() + 120
+            line = b""
+            while not line:  # until the port is open (lines before it are flushed by the open)
+                assert time.monotonic() < deadline and srv.proc.poll() is None, srv.stderr()
+                port.ser.write(b"/health\n")
+                line = port.ser.readline()
+            assert line.startswith(b"OK status=") and port.line() == b"\x04\n"  # the EOT marker, lf line ends
+        finally:
+            port.close()
+        assert srv.terminate() == 0
+        assert "listening" not in srv.stderr() and "serial port open" in srv.stderr()
+    finally:
+        srv.kill()
+        modem.close()
