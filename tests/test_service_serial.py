@@ -161,6 +161,12 @@ def test_text_mode_streams_the_answer_and_ends_with_the_marker(rig: Rig) -> None
         assert health[0].startswith("OK status=ok slots=1") and health[1] == "."
         port.ser.write(prompt.encode() + b"\r")  # a terminal's Enter: CR alone
         reply = port.reply()
+        port.reply(b"/set n_predict 40")
+        port.ser.write(b"1, 2, 3, 4,\r\n")
+        assert port.ser.read(1)  # the answer streams
+        port.ser.write(b"/cancel\r\n")  # taken at once, not after the answer
+        assert port.reply()[-1] == "ERR cancelled cancelled by /cancel"
+        assert port.reply(b"/cancel") == ["ERR not_found no answer in progress to cancel"]
     finally:
         port.close()
     assert answer_text(reply).rstrip("\n") == expected.rstrip("\n") and expected.strip()
@@ -241,6 +247,7 @@ def test_a_stalled_reader_backs_up_only_its_own_stream(rig: Rig) -> None:
     port = Client(rig.flow_port)
     try:
         port.reply(b"/set n_predict 48")
+        port.reply(b"/set temperature 0")  # greedy counting: well past 64 bytes before any end
         port.ser.write(b"\x13One, two, three, four,\r\n")  # XOFF, then the prompt
         time.sleep(0.5)  # the serial request holds the slot; its reader takes nothing
         with rig.srv.connect() as c:

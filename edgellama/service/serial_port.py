@@ -31,6 +31,7 @@ PARITIES = ("N", "E", "O", "M", "S")
 STOPBITS = ("1", "1.5", "2")
 EOLS = {"crlf": "\r\n", "lf": "\n"}
 BACKOFF_MIN, BACKOFF_MAX = 0.1, 5.0  # seconds between reopen attempts of a lost device
+STABLE = 10.0  # seconds a reopened device must stay up before a loss starts the backoff over
 READ_TICK = 0.05  # a read returns at least this often, to expire half lines and see stop()
 WRITE_CHUNK = 256  # bytes handed to one write(): what is counted as still buffered while it blocks
 
@@ -158,7 +159,7 @@ def _mark_errors(ser: Any) -> bool:
     try:
         fd = ser.fileno()
         attrs = termios.tcgetattr(fd)
-    except (AttributeError, OSError, termios.error, Exception):  # noqa: BLE001 - loop://, socket:// have no tty
+    except Exception:  # noqa: BLE001 - loop://, socket:// have no fd; a file or a socket is no tty
         return False
     attrs[0] |= termios.PARMRK | termios.INPCK
     attrs[0] &= ~(termios.IGNPAR | termios.IGNBRK | termios.BRKINT | termios.ISTRIP)
@@ -337,7 +338,8 @@ class SerialPort:
         if not self.is_open:
             return
         with self.out_cond:
-            if not final and len(self.out) + len(data) > self.cfg.buffer:
+            # once a request overflowed, none of its later output goes out: no gap in its stream
+            if not final and (req_id in self.overflowed or len(self.out) + len(data) > self.cfg.buffer):
                 over = True
             else:
                 over = False
@@ -450,7 +452,8 @@ class SerialPort:
                 self.stopping.wait(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
                 continue
-            delay, warned = BACKOFF_MIN, False
+            t_open = time.monotonic()
+            warned = False
             framer = LineFramer(self.cfg.max_line, _mark_errors(ser))
             with self.out_cond:
                 self.out.clear()
@@ -476,6 +479,8 @@ class SerialPort:
                 except Exception:  # noqa: BLE001, S110 - closing a vanished device may fail; it is gone either way
                     pass
             self.loop.call_soon_threadsafe(self._lost, reason)
+            # a device that stays up a while gets the short delay again; one that flaps keeps backing off
+            delay = BACKOFF_MIN if time.monotonic() - t_open > STABLE else min(delay * 2, BACKOFF_MAX)
             if not self.stopping.is_set():
                 self.stopping.wait(delay)
 

@@ -8,6 +8,7 @@ socket's) and turns the events back into text; it never touches the wire or the 
 from __future__ import annotations
 
 import json
+import secrets
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,8 @@ class TextSession:
         self.pending: deque[tuple[str, Any, str]] = deque()  # ("line", bytes, "") or ("err", code, message)
         self.at_line_start = True
         self.n = 0
+        # request ids of this session: a JSON client on the same port (auto mode) cannot guess them
+        self.id_prefix = f"text-{secrets.token_hex(4)}-"
 
     def owns(self, req_id: Any) -> bool:
         return req_id is not None and req_id == self.current
@@ -104,7 +107,7 @@ class TextSession:
             self._reply("OK conversation cleared")
         elif cmd == "/health":
             self.n += 1
-            self.current = f"text-health-{self.n}"
+            self.current = f"{self.id_prefix}health-{self.n}"
             self.submit({"type": "health", "id": self.current})
         elif cmd == "/set":
             self._set(rest.strip())
@@ -135,7 +138,7 @@ class TextSession:
 
     def _prompt(self, text: str) -> None:
         self.n += 1
-        self.current = f"text-{self.n}"
+        self.current = f"{self.id_prefix}{self.n}"
         self.user_text, self.answer, self.cancel_reason, self.at_line_start = text, [], None, True
         req: dict[str, Any] = {"id": self.current, **self.settings}
         if self.chat:
@@ -145,7 +148,7 @@ class TextSession:
         self.submit(req)  # a refusal (busy, context) comes back at once as an error event
 
     def _cancel(self) -> None:
-        if self.current is None or self.current.startswith("text-health-"):
+        if self.current is None or self.current.startswith(self.id_prefix + "health-"):
             self._err(P.NOT_FOUND, "no answer in progress to cancel")
             return
         self.cancel_reason = "cancelled by /cancel"
