@@ -62,7 +62,7 @@ class Metrics:
             self.serial_io.setdefault(port, [0, 0])
 
     def serial_event(self, port: str, kind: str) -> None:
-        """kind: reconnect, break, framing, corrupt, too_long, timeout, output_overflow."""
+        """kind: reconnect, break, framing, corrupt, too_long, timeout, output_overflow, output_dropped."""
         with self.lock:
             self.serial_events[(port, kind)] += 1
 
@@ -134,7 +134,7 @@ class Metrics:
         family("edgellama:serial_sent_bytes_total", "counter", "Bytes written to the serial port.",
                [(f'port="{_label(p)}"', self.serial_io[p][1]) for p in ports])
         family("edgellama:serial_wire_errors_total", "counter",
-               "Wire faults by kind: break, framing, corrupt, too_long, timeout, output_overflow.",
+               "Wire faults by kind: break, framing, corrupt, too_long, timeout, output_overflow, output_dropped.",
                [(f'port="{_label(p)}",kind="{k}"', n) for (p, k), n in sorted(self.serial_events.items())
                 if k != "reconnect"])
         return lines

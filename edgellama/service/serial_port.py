@@ -338,15 +338,19 @@ class SerialPort:
         if not self.is_open:
             return
         with self.out_cond:
+            n_out = len(self.out)
             # once a request overflowed, none of its later output goes out: no gap in its stream
-            if not final and (req_id in self.overflowed or len(self.out) + len(data) > self.cfg.buffer):
-                over = True
-            else:
-                over = False
+            over = not final and (req_id in self.overflowed or n_out + len(data) > self.cfg.buffer)
+            # final lines (done, errors, replies) pass the bound, up to a hard cap: a sender that floods
+            # bad lines at a reader that holds XOFF must not grow this buffer without end
+            dropped = final and n_out + len(data) > 2 * self.cfg.buffer + 4096
+            if not over and not dropped:
                 self.out += data
                 self.out_cond.notify()
         if over:
             self._overflow(req_id)
+        elif dropped:
+            self.metrics.serial_event(self.name, "output_dropped")
 
     def _overflow(self, req_id: Any) -> None:
         if req_id in self.overflowed:
