@@ -195,6 +195,7 @@ def test_chat_keeps_the_conversation_until_reset(rig: Rig) -> None:
     assert "My name is Zorblax." in second["prompt"] and first.strip() in second["prompt"]
     assert "Zorblax" not in after_reset["prompt"]
     assert second["n_prompt"] > after_reset["n_prompt"]
+    assert second["port"] == after_reset["port"] == rig.chat_port.device.path.removeprefix("/dev/")
 
 
 def test_wire_garbage_each_gets_an_error_line_and_the_port_goes_on(rig: Rig) -> None:

@@ -177,7 +177,8 @@ class TextSession:
                                  {"role": "assistant", "content": "".join(self.answer)}]
             tail = self._encode(self.marker + self.eol)
         else:
-            tail = self._err_line(event["code"], event["message"])
+            hint = " (/reset starts a new conversation)" if self.chat and event["code"] == P.CONTEXT else ""
+            tail = self._err_line(event["code"], event["message"] + hint)
         self.current = None
         self.write(end + tail, final=True, req_id=req_id)
         self._next()

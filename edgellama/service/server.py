@@ -87,6 +87,8 @@ class Server:
     def _deliver(self, conn: Client, job: Job, event: dict[str, Any]) -> None:
         conn.send(event)
         if event["event"] in ("done", "error"):
+            if isinstance(conn, SerialPort):
+                job.stats["port"] = conn.name  # the log says which line a request came from
             if conn.inflight.get(job.req.id) is job:
                 del conn.inflight[job.req.id]
             self._log_request(job, event)
@@ -95,7 +97,8 @@ class Server:
 
     def _log_request(self, job: Job, event: dict[str, Any]) -> None:
         fields: dict[str, Any] = {"id": job.req.id, "slot": job.slot, "outcome": job.stats.get("outcome")}
-        for k in ("n_prompt", "n_cached", "n_eval", "n_predicted", "queue_ms", "ttft_ms", "prompt_ms", "gen_ms"):
+        for k in ("port", "n_prompt", "n_cached", "n_eval", "n_predicted", "queue_ms", "ttft_ms", "prompt_ms",
+                  "gen_ms"):
             if k in job.stats:
                 fields[k] = job.stats[k]
         if event["event"] == "error":
