@@ -27,7 +27,7 @@ def _mode(s: str) -> int:
 def add_parser(sub: Any) -> None:
     from edgellama.service import config
 
-    p = sub.add_parser("serve", help="serve the model on a UNIX socket (protocol v1, systemd-ready)",
+    p = sub.add_parser("serve", help="serve the model on a UNIX socket and serial lines (protocol v1, systemd-ready)",
                        description=__doc__)
     add_model_args(p)
     p.add_argument("--socket", default=None,
