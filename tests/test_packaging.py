@@ -106,7 +106,9 @@ def test_install_service_from_an_installed_wheel_finds_the_units(tmp_path: Path)
     r = subprocess.run([py, "-P", "-m", "edgellama.cli", "install-service", "--root", str(root), "--exec",
                         "/usr/bin/edgellama"], cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
     assert r.returncode == 0, r.stderr
-    for unit in ("edgellama.service", "edgellama.socket"):
+    for unit in ("edgellama.service", "edgellama.socket", "edgellama-serial@.service"):
         assert (root / "etc/systemd/system" / unit).read_text() == (ROOT / "systemd" / unit).read_text()
-    assert (root / "etc/edgellama/edgellama.toml").read_bytes() == (ROOT / "systemd/edgellama.toml").read_bytes()
+    for conf in ("edgellama.toml", "serial.toml"):
+        assert (root / "etc/edgellama" / conf).read_bytes() == (ROOT / "systemd" / conf).read_bytes()
+    assert "99-edgellama-serial.rules" in r.stdout
 

@@ -139,10 +139,19 @@ def test_units_verify_clean(tmp_path: Path) -> None:
     text = (units / "edgellama.service").read_text()
     assert re.search(r"^ExecStart=/\S+ ", text, re.MULTILINE) and "/usr/bin/edgellama" not in text
     assert (tmp_path / "etc/edgellama/edgellama.toml").is_file()
-    for unit in ("edgellama.service", "edgellama.socket"):
+    # a template is verified as an instance: edgellama-serial@ttyUSB0.service, for /dev/ttyUSB0
+    (units / "edgellama-serial@ttyUSB0.service").symlink_to("edgellama-serial@.service")
+    for unit in ("edgellama.service", "edgellama.socket", "edgellama-serial@ttyUSB0.service"):
         r = subprocess.run(["systemd-analyze", "verify", unit], cwd=units, capture_output=True, text=True,
                            check=False)
         assert r.returncode == 0 and not r.stderr.strip() and not r.stdout.strip(), (unit, r.stdout, r.stderr)
+    serial_unit = (units / "edgellama-serial@.service").read_text()
+    for line in ("BindsTo=dev-%i.device", "After=dev-%i.device", "SupplementaryGroups=dialout",
+                 "DeviceAllow=/dev/%I rw", "--serial /dev/%I"):
+        assert line in serial_unit, line
+    assert (tmp_path / "etc/edgellama/serial.toml").is_file()
+    rule = (Path(__file__).resolve().parent.parent / "systemd/99-edgellama-serial.rules").read_text()
+    assert 'ENV{SYSTEMD_WANTS}+="edgellama-serial@%k.service"' in rule and 'TAG+="systemd"' in rule
 
 
 @needs_systemd

@@ -1,6 +1,7 @@
-"""`edgellama install-service`: puts systemd/edgellama.{service,socket} and a commented default
-config in place (ExecStart pointing at this edgellama), so `systemctl enable --now edgellama.socket`
-is the only step left. --root DIR writes under DIR instead of / (packaging, tests).
+"""`edgellama install-service`: puts systemd/edgellama.{service,socket}, the serial-line template
+edgellama-serial@.service and commented default configs in place (ExecStart pointing at this
+edgellama), so `systemctl enable --now edgellama.socket` is the only step left. --root DIR writes
+under DIR instead of / (packaging, tests). The udev rule for the serial template is an example to edit.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
-UNITS = ("edgellama.service", "edgellama.socket")
+UNITS = ("edgellama.service", "edgellama.socket", "edgellama-serial@.service")
 CONFIG = "edgellama.toml"
 TCP_DROP_IN = "edgellama-tcp.conf"  # relaxes PrivateNetwork=/RestrictAddressFamilies= for --http-port
+CONFIGS = (CONFIG, "serial.toml")  # edgellama.service's, and edgellama-serial@.service's
+UDEV_EXAMPLE = "99-edgellama-serial.rules"
 
 
 # Where a wheel install puts systemd/ (pyproject.toml's data-files), relative to its prefix
@@ -25,7 +28,7 @@ def units_dir() -> Path:
     """The systemd/ folder of this source tree, else the copy a wheel installed under the prefix."""
     candidates = [Path(__file__).resolve().parents[2] / "systemd", Path(sysconfig.get_path("data")) / DATA_SUBDIR]
     for here in candidates:
-        if all((here / name).is_file() for name in (*UNITS, CONFIG)):
+        if all((here / name).is_file() for name in (*UNITS, *CONFIGS)):
             return here
     raise FileNotFoundError("unit files not found in " + " or ".join(str(c) for c in candidates)
                             + " (reinstall edgellama, or run from a source checkout)")
@@ -70,12 +73,15 @@ def install(args: argparse.Namespace) -> int:
         drop_dir.mkdir(exist_ok=True)
         shutil.copyfile(src / TCP_DROP_IN, drop_dir / TCP_DROP_IN)
         print(f"installed {drop_dir / TCP_DROP_IN} (set http-port and api-key-file in {conf_dst / CONFIG})")
-    conf = conf_dst / CONFIG
-    if conf.exists() and not args.force:
-        print(f"kept existing {conf} (--force to replace)")
-    else:
-        shutil.copyfile(src / CONFIG, conf)
-        print(f"installed {conf}")
+    for name in CONFIGS:
+        conf = conf_dst / name
+        if conf.exists() and not args.force:
+            print(f"kept existing {conf} (--force to replace)")
+        else:
+            shutil.copyfile(src / name, conf)
+            print(f"installed {conf}")
+    if (src / UDEV_EXAMPLE).is_file():
+        print(f"serial lines: edit and copy {src / UDEV_EXAMPLE} to /etc/udev/rules.d/ (docs/serial.md)")
     if Path(args.root).resolve() == Path("/"):
         print("next: groupadd --system edgellama (clients join it), systemctl daemon-reload, "
               "systemctl enable --now edgellama.socket")

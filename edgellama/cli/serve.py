@@ -1,6 +1,7 @@
 """`edgellama serve`: the supervisor. Loads the model once and answers protocol v1 (newline-delimited
 JSON, docs/protocol.md) and HTTP/1.1 (llama-server's and OpenAI's endpoints, docs/http.md) on a UNIX
-socket, as a systemd Type=notify service or by hand; HTTP on TCP too with --http-port.
+socket, and protocol v1 or plain text on serial ports (docs/serial.md), as a systemd Type=notify service
+or by hand; HTTP on TCP too with --http-port.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ def _mode(s: str) -> int:
 def add_parser(sub: Any) -> None:
     from edgellama.service import config
 
-    p = sub.add_parser("serve", help="serve the model on a UNIX socket (protocol v1, systemd-ready)",
+    p = sub.add_parser("serve", help="serve the model on a UNIX socket and serial lines (protocol v1, systemd-ready)",
                        description=__doc__)
     add_model_args(p)
-    p.add_argument("--socket", default=DEFAULT_SOCKET,
-                   help=f"socket path (default {DEFAULT_SOCKET}); a socket passed by systemd (LISTEN_FDS) wins")
+    p.add_argument("--socket", default=None,
+                   help=f"socket path (default {DEFAULT_SOCKET}, or none when --serial is given); a socket "
+                        "passed by systemd (LISTEN_FDS) wins")
     p.add_argument("--socket-mode", type=_mode, default=0o660, help="permissions of a socket we create (octal)")
     p.add_argument("--parallel", type=int, default=1,
                    help="slots (requests decoded at once); one slot until the batched engine lands")
@@ -60,8 +62,52 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--log-prompts", action="store_true", help="log prompts and outputs (off: counts only)")
     p.add_argument("--config", metavar="FILE", default=None,
                    help="TOML file with any of these flags as keys (e.g. ctx-size = 2048); the command line wins")
+    add_serial_args(p)
     config.mark_defaults(p)
     p.set_defaults(handler=serve)
+
+
+def add_serial_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("serial ports (docs/serial.md); the flags are every port's defaults, "
+                             "DEVICE,key=value,... sets one port's own (e.g. /dev/ttyUSB0,baud=9600,mode=text)")
+    g.add_argument("--serial", metavar="DEVICE", action="append", default=[],
+                   help="serve a serial device or pyserial URL (loop://, socket://HOST:PORT, rfc2217://HOST:PORT); "
+                        "repeatable")
+    g.add_argument("--baud", type=int, default=115200)
+    g.add_argument("--bytesize", type=int, choices=(5, 6, 7, 8), default=8)
+    g.add_argument("--parity", choices=("N", "E", "O", "M", "S"), default="N")
+    g.add_argument("--stopbits", choices=("1", "1.5", "2"), default="1")
+    g.add_argument("--rtscts", action="store_true", help="hardware flow control")
+    g.add_argument("--xonxoff", action="store_true", help="software flow control")
+    g.add_argument("--serial-mode", choices=("json", "text", "auto"), default="auto",
+                   help="json: protocol v1; text: a line is a prompt; auto: a line starting with { is JSON")
+    g.add_argument("--chat", action="store_true",
+                   help="text mode: a line is a chat turn; the port keeps the conversation until /reset")
+    g.add_argument("--eol", choices=("crlf", "lf"), default="crlf", help="text mode: line endings written")
+    g.add_argument("--serial-encoding", default="utf-8", help="text mode: encoding of lines in and out")
+    g.add_argument("--end-marker", default=".", help="text mode: the line that ends an answer (EOT: the byte 0x04)")
+    g.add_argument("--line-timeout", type=float, default=10.0,
+                   help="seconds of silence after which a half line is dropped with an error (0: never)")
+    g.add_argument("--serial-buffer", type=int, default=16384,
+                   help="bytes of answer queued for a port's reader; past it the request is cancelled")
+
+
+def serial_ports(args: argparse.Namespace) -> list[Any]:
+    """--serial specs with the flags as defaults -> checked PortConfigs (one-line errors)."""
+    from edgellama.service.serial_port import PortConfig, parse_port
+
+    base = PortConfig(url="-", baud=args.baud, bytesize=args.bytesize, parity=args.parity, stopbits=args.stopbits,
+                      rtscts=args.rtscts, xonxoff=args.xonxoff, mode=args.serial_mode, chat=args.chat, eol=args.eol,
+                      encoding=args.serial_encoding, end_marker=args.end_marker, line_timeout=args.line_timeout,
+                      buffer=args.serial_buffer, max_line=args.max_line)
+    ports = [parse_port(spec, base) for spec in args.serial]
+    if not ports and args.chat:
+        raise ValueError("--chat is a setting of --serial text-mode ports; give --serial DEVICE")
+    names = [p.name for p in ports]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise ValueError(f"--serial {dup} is given twice")
+    return ports
 
 
 def check(args: argparse.Namespace) -> None:
@@ -110,6 +156,7 @@ def serve(args: argparse.Namespace) -> int:
 
     config.merge(args)
     check(args)
+    ports = serial_ports(args)
     model = model_path(args)  # a missing model is a one-line error now, not after the socket is up
     keys = api_keys(args) if args.http_port else ()
     system = None
@@ -121,8 +168,9 @@ def serve(args: argparse.Namespace) -> int:
 
         logging.getLogger("edgellama.service").warning(
             "--parallel %d: this engine decodes one sequence; serving with 1 slot", args.parallel)
-    opts = ServeOptions(socket_path=args.socket, socket_mode=args.socket_mode, max_line=args.max_line,
-                        grace=args.grace, log_prompts=args.log_prompts, model=str(model),
+    socket_path = args.socket or (None if ports else DEFAULT_SOCKET)
+    opts = ServeOptions(socket_path=socket_path, socket_mode=args.socket_mode, max_line=args.max_line,
+                        grace=args.grace, log_prompts=args.log_prompts, serial=ports, model=str(model),
                         http_host=args.host, http_port=args.http_port, api_keys=keys,
                         header_timeout=args.http_header_timeout)
     cfg = EngineConfig(max_tokens=args.max_tokens, queue=args.queue, system_prompt=system,

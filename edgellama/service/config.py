@@ -29,7 +29,8 @@ def mark_defaults(p: argparse.ArgumentParser) -> None:
         if a.dest in _SKIP or a.dest == argparse.SUPPRESS:
             continue
         real[a.dest] = a.default
-        a.default = UNSET
+        # an appending flag adds to its default, which must stay a list (None); merge() reads None as unset
+        a.default = None if isinstance(a, argparse._AppendAction) else UNSET
     p.set_defaults(_real_defaults=real, _actions=list(p._actions))
 
 
@@ -51,9 +52,18 @@ def _value(key: str, a: argparse.Action, v: Any, path: Path) -> Any:
         if not isinstance(v, bool):
             raise ValueError(f"{where} must be true or false")  # noqa: TRY004 - the CLI reports ValueError
         return v if isinstance(a, argparse._StoreTrueAction) else not v
+    if isinstance(a, argparse._AppendAction):  # a repeatable flag: a string or a list of strings
+        items = v if isinstance(v, list) else [v]
+        if not all(isinstance(x, str) for x in items):
+            raise ValueError(f"{where} must be a string or a list of strings")
+        return [_converted(where, a, x) for x in items]
     if isinstance(v, (dict, list, bool)):
         kind = "number" if a.type in (int, float) else "string"
         raise ValueError(f"{where} must be a {kind}")  # noqa: TRY004 - the CLI reports ValueError
+    return _converted(where, a, v)
+
+
+def _converted(where: str, a: argparse.Action, v: Any) -> Any:
     conv = a.type if callable(a.type) else str
     try:
         out = conv(str(v))
@@ -82,7 +92,9 @@ def merge(args: argparse.Namespace) -> argparse.Namespace:
             if a is None:
                 raise ValueError(f"{path}: unknown key {key!r} (keys are the long flags of `edgellama serve`)")
             file_values[a.dest] = _value(key, a, v, path)
+    appending = {a.dest for a in args._actions if isinstance(a, argparse._AppendAction)}
     for dest, default in args._real_defaults.items():
-        if getattr(args, dest, UNSET) is UNSET:
+        value = getattr(args, dest, UNSET)
+        if value is UNSET or (value is None and dest in appending):
             setattr(args, dest, file_values.get(dest, default))
     return args

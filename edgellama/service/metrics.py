@@ -26,6 +26,10 @@ class Metrics:
         self.wait_buckets = [0] * len(QUEUE_WAIT_BUCKETS)
         self.wait_count = 0
         self.wait_sum = 0.0
+        # serial ports (serial_port.py): port -> up; (port, kind) -> count; port -> [received, sent] bytes
+        self.serial_ports: dict[str, bool] = {}
+        self.serial_events: Counter[tuple[str, str]] = Counter()
+        self.serial_io: dict[str, list[int]] = {}
 
     def queue_wait(self, seconds: float) -> None:
         with self.lock:
@@ -51,6 +55,22 @@ class Metrics:
     def outcome(self, name: str) -> None:
         with self.lock:
             self.outcomes[name] += 1
+
+    def serial_up(self, port: str, up: bool) -> None:
+        with self.lock:
+            self.serial_ports[port] = up
+            self.serial_io.setdefault(port, [0, 0])
+
+    def serial_event(self, port: str, kind: str) -> None:
+        """kind: reconnect, break, framing, corrupt, too_long, timeout, output_overflow, output_dropped."""
+        with self.lock:
+            self.serial_events[(port, kind)] += 1
+
+    def serial_bytes(self, port: str, received: int = 0, sent: int = 0) -> None:
+        with self.lock:
+            io = self.serial_io.setdefault(port, [0, 0])
+            io[0] += received
+            io[1] += sent
 
     def render(self, gauges: dict[str, Any]) -> str:
         """gauges: requests_processing, requests_deferred, kv_cache_tokens, n_ctx, connections."""
@@ -93,8 +113,36 @@ class Metrics:
             lines += [f"# HELP {name} Finished requests by outcome (a stop reason or an error code).",
                       f"# TYPE {name} counter"]
             lines += [f'{name}{{outcome="{k}"}} {v}' for k, v in sorted(self.outcomes.items())]
+            if self.serial_ports:
+                lines += self._render_serial()
             return "\n".join(lines) + "\n"
+
+    def _render_serial(self) -> list[str]:
+        lines: list[str] = []
+
+        def family(name: str, kind: str, help_: str, rows: list[tuple[str, float]]) -> None:
+            lines.extend([f"# HELP {name} {help_}", f"# TYPE {name} {kind}"])
+            lines.extend(f"{name}{{{labels}}} {_num(v)}" for labels, v in rows)
+
+        ports = sorted(self.serial_ports)
+        family("edgellama:serial_port_up", "gauge", "1 while the serial port is open.",
+               [(f'port="{_label(p)}"', int(self.serial_ports[p])) for p in ports])
+        family("edgellama:serial_reconnects_total", "counter", "Serial ports reopened after the device was lost.",
+               [(f'port="{_label(p)}"', self.serial_events[(p, "reconnect")]) for p in ports])
+        family("edgellama:serial_received_bytes_total", "counter", "Bytes read from the serial port.",
+               [(f'port="{_label(p)}"', self.serial_io[p][0]) for p in ports])
+        family("edgellama:serial_sent_bytes_total", "counter", "Bytes written to the serial port.",
+               [(f'port="{_label(p)}"', self.serial_io[p][1]) for p in ports])
+        family("edgellama:serial_wire_errors_total", "counter",
+               "Wire faults by kind: break, framing, corrupt, too_long, timeout, output_overflow, output_dropped.",
+               [(f'port="{_label(p)}",kind="{k}"', n) for (p, k), n in sorted(self.serial_events.items())
+                if k != "reconnect"])
+        return lines
 
 
 def _num(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:.6f}"
+
+
+def _label(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

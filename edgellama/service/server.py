@@ -13,7 +13,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from edgellama.service import protocol as P
@@ -22,14 +22,13 @@ from edgellama.service.http.router import FirstBytes, route
 from edgellama.service.logs import ReopenableHandler
 from edgellama.service.metrics import Metrics
 from edgellama.service.scheduler import EngineConfig, Job, Scheduler
-from edgellama.service.systemd import Notifier
+from edgellama.service.serial_port import PortConfig, SerialPort
+from edgellama.service.systemd import Notifier, activated
 from edgellama.service.transport import Connection, listening_socket
 
 log = logging.getLogger("edgellama.service")
-
-
 class Client(Protocol):
-    """A connection the server answers: protocol v1's Connection or an HttpConnection."""
+    """A client the server answers: protocol v1's Connection, an HttpConnection or a SerialPort."""
 
     inflight: dict[str | int, Any]
     eof: bool
@@ -40,7 +39,7 @@ class Client(Protocol):
 
 @dataclass
 class ServeOptions:
-    socket_path: str
+    socket_path: str | None  # None: no socket unless systemd passes one (serial ports only)
     socket_mode: int = 0o660
     max_line: int = 65536  # a protocol v1 line or an HTTP request body
     grace: float = 0.0
@@ -50,6 +49,7 @@ class ServeOptions:
     http_port: int = 0  # 0: no TCP listener (HTTP on the UNIX socket only)
     api_keys: tuple[str, ...] = ()  # checked on TCP only (the UNIX socket's mode is its access control)
     header_timeout: float = 10.0
+    serial: list[PortConfig] = field(default_factory=list)
 
 
 class Server:
@@ -60,6 +60,7 @@ class Server:
         self.notifier = Notifier()
         self.log_handler = log_handler
         self.connections: set[Client] = set()
+        self.ports: list[SerialPort] = []
         self.started = time.time()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stop_requested: asyncio.Event | None = None
@@ -101,6 +102,8 @@ class Server:
     def _deliver(self, conn: Client, job: Job, event: dict[str, Any]) -> None:
         conn.send(event)
         if event["event"] in ("done", "error"):
+            if isinstance(conn, SerialPort):
+                job.stats["port"] = conn.name  # the log says which line a request came from
             if conn.inflight.get(job.req.id) is job:
                 del conn.inflight[job.req.id]
             self._log_request(job, event)
@@ -109,7 +112,8 @@ class Server:
 
     def _log_request(self, job: Job, event: dict[str, Any]) -> None:
         fields: dict[str, Any] = {"id": job.req.id, "slot": job.slot, "outcome": job.stats.get("outcome")}
-        for k in ("n_prompt", "n_cached", "n_eval", "n_predicted", "queue_ms", "ttft_ms", "prompt_ms", "gen_ms"):
+        for k in ("port", "n_prompt", "n_cached", "n_eval", "n_predicted", "queue_ms", "ttft_ms", "prompt_ms",
+                  "gen_ms"):
             if k in job.stats:
                 fields[k] = job.stats[k]
         if event["event"] == "error":
@@ -130,7 +134,7 @@ class Server:
             self.scheduler.cancel(job, "gone")  # frees the slot at the next decode step
         conn.inflight.clear()
 
-    def handle_line(self, conn: Connection, line: bytes) -> None:
+    def handle_line(self, conn: Client, line: bytes) -> None:
         try:
             req = P.parse_line(line)
         except P.ProtocolError as exc:
@@ -207,18 +211,22 @@ class Server:
     async def run(self) -> int:
         self.loop = asyncio.get_running_loop()
         self.stop_requested = asyncio.Event()
-        sock, created = listening_socket(self.opts.socket_path, self.opts.socket_mode)
-        path = self.opts.socket_path if created else str(sock.getsockname() or "(passed by systemd)")
-        server = await self.loop.create_unix_server(
-            lambda: FirstBytes(lambda: Connection(self, self.opts.max_line), self._http_connection), sock=sock)
-        servers = [server]
+        servers: list[asyncio.Server] = []
+        created = False
+        if self.opts.socket_path is not None or activated():
+            sock, created = listening_socket(self.opts.socket_path or "", self.opts.socket_mode)
+            path = self.opts.socket_path if created else str(sock.getsockname() or "(passed by systemd)")
+            servers.append(await self.loop.create_unix_server(
+                lambda: FirstBytes(lambda: Connection(self, self.opts.max_line), self._http_connection), sock=sock))
+            log.info("listening", extra={"fields": {"socket": path, "activated": not created, "pid": os.getpid()}})
         if self.opts.http_port:
             try:
                 servers.append(await self.loop.create_server(self._tcp_connection, self.opts.http_host,
                                                              self.opts.http_port))
             except OSError as exc:
-                server.close()
-                if created:
+                for server in servers:
+                    server.close()
+                if created and self.opts.socket_path is not None:
                     os.unlink(self.opts.socket_path)
                 raise ValueError(f"cannot listen on {self.opts.http_host}:{self.opts.http_port}: "
                                  f"{exc.strerror or exc}") from None
@@ -229,7 +237,10 @@ class Server:
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.request_stop)
         self.loop.add_signal_handler(signal.SIGHUP, self.reopen_log)
-        log.info("listening", extra={"fields": {"socket": path, "activated": not created, "pid": os.getpid()}})
+        for cfg in self.opts.serial:  # each port opens (or keeps retrying) in its own thread
+            port = SerialPort(cfg, self, self.loop)
+            self.ports.append(port)
+            port.start()
         self.notifier.notify("STATUS=loading the model")
         self.scheduler.start()
         wd = asyncio.create_task(self._watchdog()) if self.notifier.watchdog_usec else None
@@ -239,7 +250,7 @@ class Server:
         finally:
             if wd is not None:
                 wd.cancel()
-            if created:
+            if created and self.opts.socket_path is not None:
                 try:
                     os.unlink(self.opts.socket_path)
                 except FileNotFoundError:
@@ -272,5 +283,6 @@ class Server:
         await asyncio.sleep(0)  # deliver the last events queued by the engine thread
         for conn in list(self.connections):
             conn.close()
+        await asyncio.gather(*(asyncio.to_thread(port.stop) for port in self.ports))  # flush, then close
         await asyncio.sleep(0.05)  # let the transports flush and close
         log.info("stopped")

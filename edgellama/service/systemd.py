@@ -50,6 +50,11 @@ class Notifier:
             self.sock = None
 
 
+def activated() -> bool:
+    """True when systemd passed this process listening fds (read before listen_fds() unsets them)."""
+    return os.environ.get("LISTEN_PID", "") == str(os.getpid()) and os.environ.get("LISTEN_FDS", "0") not in ("", "0")
+
+
 def listen_fds(unset: bool = True) -> list[int]:
     """sd_listen_fds(3): the fds systemd passed to this process (none when not socket-activated)."""
     pid, n = os.environ.get("LISTEN_PID", ""), os.environ.get("LISTEN_FDS", "")
