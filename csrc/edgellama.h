@@ -188,6 +188,46 @@ EL_API size_t el_model_state_size(const el_model *model);
 EL_API int el_model_state_save(const el_model *model, void *buf, size_t size);
 EL_API int el_model_state_load(el_model *model, const void *buf, size_t size);
 
+/* ---- several sequences in one model (slots): one forward pass carries tokens of many ----
+ * A model created with n_seq sequences holds n_seq KV caches of the shape el_model_create gives one
+ * (each its own positions, rings, truncate, shift and state); el_model_create is n_seq = 1, and the
+ * single-sequence calls above act on sequence 0. A batch of el_model_decode mixes entries of any
+ * sequences: every matmul runs once over all its rows (the weights are read once per pass), attention
+ * runs per sequence over that sequence's cache only. In native numerics a sequence's logits do not
+ * depend on what else is in the batch (every matmul output has the bits of one vec_dot, attention
+ * chunks by the cache contents): the same bits as running it alone. EL_NUMERICS_LLAMACPP refuses a
+ * batch with entries of more than one sequence (EL_EUNSUPPORTED): its exactness is per sequence. */
+enum { EL_MAX_SEQ = 256 };
+typedef struct el_batch_entry {
+    int32_t seq;    /* 0 <= seq < n_seq */
+    int32_t token;  /* 0 <= token < n_vocab */
+    int32_t pos;    /* a sequence's entries continue it: el_model_seq_n_past, then +1 per entry in order */
+    int32_t logits; /* nonzero: this entry's logits are wanted */
+} el_batch_entry;
+/* el_model_plan / el_model_create for n_seq (1..EL_MAX_SEQ) sequences: kv_bytes counts every
+ * sequence's cache (n_seq times one), the scratch is shared (batches of up to n_batch entries). */
+EL_API int el_model_plan_seqs(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int kv_type, int n_threads,
+                              int32_t n_seq, size_t *kv_bytes, size_t *scratch_bytes);
+EL_API int el_model_create_seqs(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int32_t n_batch,
+                                int kv_type, int32_t n_seq, el_model **out);
+EL_API int32_t el_model_n_seq(const el_model *model);
+/* Evaluates n (1..n_batch) entries in one pass. logits: one row of n_vocab floats per entry that wants
+ * them, in entry order (NULL allowed when none does). EL_ECTX when an entry's position does not
+ * continue its sequence or passes n_ctx; EL_EINVAL for a bad sequence id or token. Nothing is
+ * written to any cache unless the whole batch is valid. */
+EL_API int el_model_decode(el_model *model, const el_batch_entry *batch, size_t n, float *logits);
+/* The single-sequence calls for sequence seq (EL_EINVAL / -1 / 0 for a bad seq). Clear forgets the
+ * whole sequence and leaves its cache as a new model's (truncate to 0 does the same). */
+EL_API int32_t el_model_seq_n_past(const el_model *model, int32_t seq);
+EL_API int el_model_seq_clear(el_model *model, int32_t seq);
+EL_API int el_model_seq_truncate(el_model *model, int32_t seq, int32_t pos);
+EL_API int el_model_seq_shift(el_model *model, int32_t seq, int32_t n_keep, int32_t n_discard);
+/* A sequence's state blob: loads into any sequence of a model of the same shape, cache type, context
+ * and batch size (the number of sequences may differ). */
+EL_API size_t el_model_seq_state_size(const el_model *model, int32_t seq);
+EL_API int el_model_seq_state_save(const el_model *model, int32_t seq, void *buf, size_t size);
+EL_API int el_model_seq_state_load(el_model *model, int32_t seq, const void *buf, size_t size);
+
 /* ---- file mappings: a SIGBUS (the file was truncated while mapped) reported by name ---- */
 /* Registers [addr, addr + len) as a mapping of the file `name` (copied, up to 511 bytes). On the first
  * call a SIGBUS handler is installed: a fault inside a registered mapping writes one line naming the

@@ -70,27 +70,65 @@ static void glu(el_model *m, size_t n, size_t F) {
     else el_pool_for(m->pool, n, glu_row, &t);
 }
 
-static int eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, float *logits, int all_logits) {
-    if (!tokens || !logits || n == 0 || n > (size_t)m->n_batch || pos0 < 0) return EL_EINVAL;
-    if ((int64_t)pos0 + (int64_t)n > m->n_ctx) return EL_ECTX;
+/* A checked batch grouped by sequence: row r of the pass is entry row_src[r], of sequence row_seq[r];
+ * rows of one sequence are consecutive and keep their entry order (a stable counting sort), so each
+ * sequence's attention reads one run of q rows. Every other step of the pass works row by row, so
+ * the order of the rows changes no bit. */
+static int group_rows(el_model *m, const el_batch_entry *b, size_t n, size_t *n_want) {
+    int32_t cnt[EL_MAX_SEQ + 1];
+    memset(cnt, 0, sizeof cnt);
+    *n_want = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (b[i].seq < 0 || b[i].seq >= m->n_seq || b[i].token < 0 || b[i].token >= m->d.n_vocab) return EL_EINVAL;
+        cnt[b[i].seq + 1]++;
+        *n_want += b[i].logits != 0;
+    }
+    int n_seqs_present = 0;
+    for (int32_t s = 0; s < m->n_seq; s++) n_seqs_present += cnt[s + 1] > 0;
+    if (n_seqs_present > 1 && m->ops != el_numerics_ops_of(EL_NUMERICS_NATIVE)) return EL_EUNSUPPORTED;
+    for (int32_t s = 0; s < m->n_seq; s++) cnt[s + 1] += cnt[s]; /* cnt[s]: first row of sequence s */
+    int32_t next_pos[EL_MAX_SEQ];
+    for (int32_t s = 0; s < m->n_seq; s++) next_pos[s] = cnt[s + 1] > cnt[s] ? el_kv_n_past(m, s) : 0;
+    for (size_t i = 0; i < n; i++) {
+        const int32_t s = b[i].seq, r = cnt[s]++;
+        /* a sequence's entries continue its cache, one position each, within the context */
+        if (b[i].pos != next_pos[s] || b[i].pos >= m->n_ctx) return EL_ECTX;
+        next_pos[s]++;
+        m->row_seq[r] = s, m->row_tok[r] = b[i].token, m->row_src[r] = (int32_t)i, m->q_pos[r] = b[i].pos;
+    }
+    return EL_OK;
+}
+
+/* moves the wanted rows (of width dim) to the front, keeping their order: row k is the k-th wanted */
+static void compact_rows(float *x, const el_batch_entry *b, const int32_t *src, size_t n, size_t dim) {
+    size_t k = 0;
+    for (size_t r = 0; r < n; r++)
+        if (b[src[r]].logits) {
+            if (k != r) memcpy(x + k * dim, x + r * dim, dim * sizeof(float));
+            k++;
+        }
+}
+
+static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *logits) {
+    if (!batch || n == 0 || n > (size_t)m->n_batch) return EL_EINVAL;
+    size_t n_want = 0;
+    const int gst = group_rows(m, batch, n, &n_want);
+    if (gst != EL_OK) return gst;
+    if (n_want && !logits) return EL_EINVAL;
     const el_model_desc *d = &m->d;
     const size_t E = (size_t)d->n_embd, HD = (size_t)d->head_dim, NH = (size_t)d->n_head;
     const size_t NKV = (size_t)d->n_head_kv, F = (size_t)d->n_ff, QD = NH * HD, KVD = NKV * HD;
-    for (size_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= d->n_vocab) return EL_EINVAL;
-    for (size_t i = 0; i < n; i++) m->q_pos[i] = pos0 + (int32_t)i;
 
     /* embeddings */
     const el_type_traits *te = el_get_type_traits(d->tok_embd.type);
     const size_t erow = el_row_bytes(d->tok_embd.type, E);
     for (size_t i = 0; i < n; i++) {
-        te->to_float((const char *)d->tok_embd.data + (size_t)tokens[i] * erow, m->x + i * E, E);
+        te->to_float((const char *)d->tok_embd.data + (size_t)m->row_tok[i] * erow, m->x + i * E, E);
         if (d->emb_scale != 1.0f) el_scale(m->x + i * E, d->emb_scale, E);
     }
 
     for (int32_t il = 0; il < d->n_layer; il++) {
         const el_layer *L = &m->layers[il];
-        kv_layer *c = &m->kv[il];
         /* attention block */
         norm_rows(m->xn, m->x, &L->attn_norm, n, E, d->norm_eps);
         const el_tensor *qkv[3] = {&L->wq, &L->wk, &L->wv};
@@ -110,22 +148,33 @@ static int eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, floa
             el_rope_apply(m->q + i * QD, NH, HD, (size_t)d->n_rot, cs, d->rope_neox, fused);
             el_rope_apply(m->k + i * KVD, NKV, HD, (size_t)d->n_rot, cs, d->rope_neox, fused);
         }
-        el_kv_store(m, c, m->k, m->v, n, pos0);
-        el_attn_args a = {m->q, n, m->q_pos, NH, NKV, HD, m->kv_type, c->k, c->v, c->pos, (size_t)c->n_used,
-                          L->window, d->attn_scale, m->att, m->attn_scratch};
-        m->ops->attention(m, c, &a);
+        /* per sequence: its new keys into its cache, its queries over its cache only */
+        for (size_t r0 = 0, r1; r0 < n; r0 = r1) {
+            const int32_t seq = m->row_seq[r0];
+            for (r1 = r0 + 1; r1 < n && m->row_seq[r1] == seq; r1++) {}
+            kv_layer *c = &el_seq_kv(m, seq)[il];
+            el_kv_store(m, c, m->k + r0 * KVD, m->v + r0 * KVD, r1 - r0, m->q_pos[r0]);
+            el_attn_args a = {m->q + r0 * QD, r1 - r0, m->q_pos + r0, NH, NKV, HD, m->kv_type, c->k, c->v, c->pos,
+                              (size_t)c->n_used, L->window, d->attn_scale, m->att + r0 * QD, m->attn_scratch};
+            m->ops->attention(m, c, &a);
+        }
         const el_tensor *wo = &L->wo;
         const mm_input att = quantize_input(m, m->att, n, &wo, 1);
         mm(m, wo, &att, m->o);
         /* past the last attention only the rows whose logits are wanted matter; llama.cpp drops the
          * others here too, so the rest of the layer runs on the same batch sizes as there */
-        const size_t r0 = (il == d->n_layer - 1 && !all_logits) ? n - 1 : 0, nr = n - r0;
-        float *x = m->x + r0 * E, *o = m->o + r0 * E;
-        if (L->attn_post_norm.data) norm_rows(o, o, &L->attn_post_norm, nr, E, d->norm_eps);
-        el_add(x, x, o, nr * E);
+        size_t nr = n;
+        if (il == d->n_layer - 1 && n_want < n) {
+            if (n_want == 0) return EL_OK; /* the caches hold the batch: nothing more to compute */
+            compact_rows(m->x, batch, m->row_src, n, E);
+            compact_rows(m->o, batch, m->row_src, n, E);
+            nr = n_want;
+        }
+        if (L->attn_post_norm.data) norm_rows(m->o, m->o, &L->attn_post_norm, nr, E, d->norm_eps);
+        el_add(m->x, m->x, m->o, nr * E);
 
         /* feed-forward block */
-        norm_rows(m->xn, x, &L->ffn_norm, nr, E, d->norm_eps);
+        norm_rows(m->xn, m->x, &L->ffn_norm, nr, E, d->norm_eps);
         const el_tensor *gate_up[2] = {&L->w_gate, &L->w_up}, *down = &L->w_down;
         const mm_input xf = quantize_input(m, m->xn, nr, gate_up, 2);
         mm(m, &L->w_gate, &xf, m->g);
@@ -134,22 +183,38 @@ static int eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, floa
         const mm_input gu = quantize_input(m, m->g, nr, &down, 1);
         mm(m, down, &gu, m->o);
         if (L->ffn_post_norm.data) norm_rows(m->o, m->o, &L->ffn_post_norm, nr, E, d->norm_eps);
-        el_add(x, x, m->o, nr * E);
+        el_add(m->x, m->x, m->o, nr * E);
     }
 
-    /* output: only the rows whose logits are wanted */
-    const size_t first = all_logits ? 0 : n - 1, rows = all_logits ? n : 1;
-    norm_rows(m->xn, m->x + first * E, &d->output_norm, rows, E, d->norm_eps);
+    /* output: the wanted rows, put back in entry order (the caller's logits rows), one matmul for all */
+    norm_rows(m->o, m->x, &d->output_norm, n_want, E, d->norm_eps);
+    int32_t *rank = m->row_tok; /* the tokens were read: now each entry's rank among the wanted ones */
+    for (size_t i = 0, k = 0; i < n; i++) rank[i] = batch[i].logits ? (int32_t)k++ : -1;
+    for (size_t r = 0, k = 0; r < n; r++)
+        if (rank[m->row_src[r]] >= 0) memcpy(m->xn + (size_t)rank[m->row_src[r]] * E, m->o + k++ * E, E * sizeof(float));
     const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
-    const mm_input xo = quantize_input(m, m->xn, rows, &out, 1);
+    const mm_input xo = quantize_input(m, m->xn, n_want, &out, 1);
     mm(m, out, &xo, logits);
     return EL_OK;
 }
 
+int el_model_decode(el_model *m, const el_batch_entry *batch, size_t n, float *logits) {
+    const int st = el_model_enter(m);
+    return st != EL_OK ? st : el_model_leave(m, decode(m, batch, n, logits));
+}
+
+/* the single-sequence form: n entries of sequence 0 at pos0.. */
+static int eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, float *logits, int all_logits) {
+    if (!tokens || !logits || n == 0 || n > (size_t)m->n_batch || pos0 < 0) return EL_EINVAL;
+    if ((int64_t)pos0 + (int64_t)n > m->n_ctx) return EL_ECTX;
+    /* a batch that does not continue the cached sequence would attend to stale or missing keys */
+    if (pos0 != el_kv_n_past(m, 0)) return EL_ECTX;
+    el_batch_entry *b = m->entries;
+    for (size_t i = 0; i < n; i++) b[i] = (el_batch_entry){0, tokens[i], pos0 + (int32_t)i, all_logits || i == n - 1};
+    return decode(m, b, n, logits);
+}
+
 int el_model_eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, float *logits, int all_logits) {
     const int st = el_model_enter(m);
-    if (st != EL_OK) return st;
-    /* a batch that does not continue the cached sequence would attend to stale or missing keys */
-    if (pos0 >= 0 && pos0 != el_kv_n_past(m)) return el_model_leave(m, EL_ECTX);
-    return el_model_leave(m, eval(m, tokens, n, pos0, logits, all_logits));
+    return st != EL_OK ? st : el_model_leave(m, eval(m, tokens, n, pos0, logits, all_logits));
 }

@@ -39,11 +39,30 @@ void el_kv_store(el_model *m, kv_layer *c, const float *k, const float *v, size_
     }
 }
 
-static int truncate_held(el_model *m, int32_t pos) {
-    if (pos < 0) return EL_EINVAL;
-    int status = EL_OK;
+/* a sequence's cache as a new model's: the slot layout (ring heads) then matches a fresh run's, so
+ * a reused sequence computes the very bits a new model would */
+static void clear_held(el_model *m, int32_t seq) {
+    kv_layer *kv = el_seq_kv(m, seq);
     for (int32_t il = 0; il < m->d.n_layer; il++) {
-        kv_layer *c = &m->kv[il];
+        kv_layer *c = &kv[il];
+        for (int32_t s = 0; s < c->n_used; s++) c->pos[s] = -1;
+        c->head = 0;
+        c->n_used = 0;
+    }
+}
+
+static int seq_ok(const el_model *m, int32_t seq) { return seq >= 0 && seq < m->n_seq; }
+
+static int truncate_held(el_model *m, int32_t seq, int32_t pos) {
+    if (pos < 0 || !seq_ok(m, seq)) return EL_EINVAL;
+    if (pos == 0) {
+        clear_held(m, seq);
+        return EL_OK;
+    }
+    int status = EL_OK;
+    kv_layer *kv = el_seq_kv(m, seq);
+    for (int32_t il = 0; il < m->d.n_layer; il++) {
+        kv_layer *c = &kv[il];
         int32_t removed = 0;
         for (int32_t s = 0; s < c->n_used; s++)
             if (c->pos[s] >= pos) {
@@ -84,24 +103,26 @@ static void rerotate(el_model *m, char *kslot, const float *cs) {
     }
 }
 
-int32_t el_kv_n_past(const el_model *m) {
+int32_t el_kv_n_past(const el_model *m, int32_t seq) {
     /* the sequence length is what the global layers hold (every layer if all are windowed) */
+    const kv_layer *kv = el_seq_kv(m, seq);
     int32_t n_past = 0;
     for (int32_t il = 0; il < m->d.n_layer; il++)
-        if (!m->kv[il].ring) return m->kv[il].n_used;
+        if (!kv[il].ring) return kv[il].n_used;
     for (int32_t il = 0; il < m->d.n_layer; il++)
-        for (int32_t s = 0; s < m->kv[il].n_used; s++)
-            if (m->kv[il].pos[s] + 1 > n_past) n_past = m->kv[il].pos[s] + 1;
+        for (int32_t s = 0; s < kv[il].n_used; s++)
+            if (kv[il].pos[s] + 1 > n_past) n_past = kv[il].pos[s] + 1;
     return n_past;
 }
 
-static int shift_held(el_model *m, int32_t n_keep, int32_t n_discard) {
-    if (n_keep < 0 || n_discard <= 0) return EL_EINVAL;
-    if ((int64_t)n_keep + n_discard > el_kv_n_past(m)) return EL_EINVAL;
+static int shift_held(el_model *m, int32_t seq, int32_t n_keep, int32_t n_discard) {
+    if (n_keep < 0 || n_discard <= 0 || !seq_ok(m, seq)) return EL_EINVAL;
+    if ((int64_t)n_keep + n_discard > el_kv_n_past(m, seq)) return EL_EINVAL;
     const size_t slot = el_kv_slot_bytes(m);
     float cs[EL_MAX_HEAD_DIM];
+    kv_layer *kv = el_seq_kv(m, seq);
     for (int32_t il = 0; il < m->d.n_layer; il++) {
-        kv_layer *c = &m->kv[il];
+        kv_layer *c = &kv[il];
         const el_layer *L = &m->layers[il];
         el_rope_cache(cs, (size_t)m->d.n_rot, -n_discard, L->rope_base, L->rope_scale);
         if (!c->ring) {
@@ -144,9 +165,11 @@ static size_t layer_bytes(const el_model *m, const kv_layer *c) {
 }
 
 /* 0 when the blob would not fit size_t (then save and load refuse every size) */
-static size_t state_size_held(const el_model *m) {
+static size_t state_size_held(const el_model *m, int32_t seq) {
+    if (!seq_ok(m, seq)) return 0;
     size_t n = EL_STATE_HDR * sizeof(int32_t);
-    for (int32_t il = 0; il < m->d.n_layer; il++) n = el_size_add(n, layer_bytes(m, &m->kv[il]));
+    const kv_layer *kv = el_seq_kv(m, seq);
+    for (int32_t il = 0; il < m->d.n_layer; il++) n = el_size_add(n, layer_bytes(m, &kv[il]));
     return el_size_ok(n) ? n : 0;
 }
 
@@ -161,8 +184,9 @@ static void header(const el_model *m, int32_t h[EL_STATE_HDR]) {
     h[7] = m->n_batch;
 }
 
-static int state_save_held(const el_model *m, void *buf, size_t size) {
-    if (!buf || size == 0 || size != state_size_held(m)) return EL_EINVAL;
+static int state_save_held(const el_model *m, int32_t seq, void *buf, size_t size) {
+    if (!buf || size == 0 || size != state_size_held(m, seq)) return EL_EINVAL;
+    const kv_layer *kv = el_seq_kv(m, seq);
     char *p = buf;
     int32_t h[EL_STATE_HDR];
     header(m, h);
@@ -170,7 +194,7 @@ static int state_save_held(const el_model *m, void *buf, size_t size) {
     p += sizeof h;
     const size_t slot = el_kv_slot_bytes(m);
     for (int32_t il = 0; il < m->d.n_layer; il++) {
-        const kv_layer *c = &m->kv[il];
+        const kv_layer *c = &kv[il];
         const int32_t meta[4] = {c->n_slots, c->ring, c->head, c->n_used};
         memcpy(p, meta, sizeof meta);
         p += sizeof meta;
@@ -184,8 +208,9 @@ static int state_save_held(const el_model *m, void *buf, size_t size) {
     return EL_OK;
 }
 
-static int state_load_held(el_model *m, const void *buf, size_t size) {
-    if (!buf) return EL_EINVAL;
+static int state_load_held(el_model *m, int32_t seq, const void *buf, size_t size) {
+    if (!buf || !seq_ok(m, seq)) return EL_EINVAL;
+    kv_layer *kv = el_seq_kv(m, seq);
     const char *p = buf, *end = p + size;
     int32_t h[EL_STATE_HDR], want[EL_STATE_HDR];
     if (size < sizeof h) return EL_EINVAL;
@@ -197,7 +222,7 @@ static int state_load_held(el_model *m, const void *buf, size_t size) {
     /* validate the whole blob before touching the cache */
     const char *q = p;
     for (int32_t il = 0; il < m->d.n_layer; il++) {
-        const kv_layer *c = &m->kv[il];
+        const kv_layer *c = &kv[il];
         int32_t meta[4];
         if ((size_t)(end - q) < sizeof meta) return EL_EINVAL;
         memcpy(meta, q, sizeof meta);
@@ -217,7 +242,7 @@ static int state_load_held(el_model *m, const void *buf, size_t size) {
     }
     if (q != end) return EL_EINVAL;
     for (int32_t il = 0; il < m->d.n_layer; il++) {
-        kv_layer *c = &m->kv[il];
+        kv_layer *c = &kv[il];
         int32_t meta[4];
         memcpy(meta, p, sizeof meta);
         p += sizeof meta;
@@ -234,37 +259,50 @@ static int state_load_held(el_model *m, const void *buf, size_t size) {
     return EL_OK;
 }
 
-/* the public calls: each holds the model's pool while it runs (model.h) */
-int32_t el_model_n_past(const el_model *m) {
+/* the public calls: each holds the model's pool while it runs (model.h); the single-sequence
+ * forms act on sequence 0 */
+int32_t el_model_seq_n_past(const el_model *m, int32_t seq) {
     if (el_model_enter(m) != EL_OK) return -1;
-    const int32_t n = el_kv_n_past(m);
+    const int32_t n = seq_ok(m, seq) ? el_kv_n_past(m, seq) : -1;
     el_model_leave(m, EL_OK);
     return n;
 }
 
-size_t el_model_state_size(const el_model *m) {
+size_t el_model_seq_state_size(const el_model *m, int32_t seq) {
     if (el_model_enter(m) != EL_OK) return 0;
-    const size_t n = state_size_held(m);
+    const size_t n = state_size_held(m, seq);
     el_model_leave(m, EL_OK);
     return n;
 }
 
-int el_model_truncate(el_model *m, int32_t pos) {
+int el_model_seq_clear(el_model *m, int32_t seq) {
     const int st = el_model_enter(m);
-    return st != EL_OK ? st : el_model_leave(m, truncate_held(m, pos));
+    return st != EL_OK ? st : el_model_leave(m, seq_ok(m, seq) ? (clear_held(m, seq), EL_OK) : EL_EINVAL);
 }
 
-int el_model_shift(el_model *m, int32_t n_keep, int32_t n_discard) {
+int el_model_seq_truncate(el_model *m, int32_t seq, int32_t pos) {
     const int st = el_model_enter(m);
-    return st != EL_OK ? st : el_model_leave(m, shift_held(m, n_keep, n_discard));
+    return st != EL_OK ? st : el_model_leave(m, truncate_held(m, seq, pos));
 }
 
-int el_model_state_save(const el_model *m, void *buf, size_t size) {
+int el_model_seq_shift(el_model *m, int32_t seq, int32_t n_keep, int32_t n_discard) {
     const int st = el_model_enter(m);
-    return st != EL_OK ? st : el_model_leave(m, state_save_held(m, buf, size));
+    return st != EL_OK ? st : el_model_leave(m, shift_held(m, seq, n_keep, n_discard));
 }
 
-int el_model_state_load(el_model *m, const void *buf, size_t size) {
+int el_model_seq_state_save(const el_model *m, int32_t seq, void *buf, size_t size) {
     const int st = el_model_enter(m);
-    return st != EL_OK ? st : el_model_leave(m, state_load_held(m, buf, size));
+    return st != EL_OK ? st : el_model_leave(m, state_save_held(m, seq, buf, size));
 }
+
+int el_model_seq_state_load(el_model *m, int32_t seq, const void *buf, size_t size) {
+    const int st = el_model_enter(m);
+    return st != EL_OK ? st : el_model_leave(m, state_load_held(m, seq, buf, size));
+}
+
+int32_t el_model_n_past(const el_model *m) { return el_model_seq_n_past(m, 0); }
+size_t el_model_state_size(const el_model *m) { return el_model_seq_state_size(m, 0); }
+int el_model_truncate(el_model *m, int32_t pos) { return el_model_seq_truncate(m, 0, pos); }
+int el_model_shift(el_model *m, int32_t n_keep, int32_t n_discard) { return el_model_seq_shift(m, 0, n_keep, n_discard); }
+int el_model_state_save(const el_model *m, void *buf, size_t size) { return el_model_seq_state_save(m, 0, buf, size); }
+int el_model_state_load(el_model *m, const void *buf, size_t size) { return el_model_seq_state_load(m, 0, buf, size); }

@@ -114,6 +114,8 @@ static void scratch_table(const el_model_desc *d, int32_t n_ctx, int32_t n_batch
     t[SC_U].size = el_size_mul3(B, F, 4);
     t[SC_CS].size = el_size_mul3(B, HD, 4);
     t[SC_Q_POS].size = el_size_mul(B, sizeof(int32_t));
+    t[SC_ROW_SEQ].size = t[SC_ROW_TOK].size = t[SC_ROW_SRC].size = el_size_mul(B, sizeof(int32_t));
+    t[SC_ENTRIES].size = el_size_mul(B, sizeof(el_batch_entry));
     t[SC_ATTN].size = el_size_mul(
         el_attention_scratch_floats((size_t)max_slots, (size_t)d->n_head, (size_t)d->n_head_kv, HD, n_threads),
         sizeof(float));
@@ -142,9 +144,10 @@ static size_t kv_total(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, i
     return kv;
 }
 
-static int plan(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, int kv_type, int n_threads,
+static int plan(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, int kv_type, int n_threads, int32_t n_seq,
                 size_t *kv_bytes, size_t *scratch_bytes) {
     if (!d || n_ctx <= 0 || n_batch <= 0 || n_batch > n_ctx || n_ctx > (1 << 24) || n_threads < 1) return EL_EINVAL;
+    if (n_seq < 1 || n_seq > EL_MAX_SEQ) return EL_EINVAL;
     if (kv_type != EL_TYPE_F16 && kv_type != EL_TYPE_Q8_0 && kv_type != EL_TYPE_F32) return EL_EUNSUPPORTED;
     int st = desc_ok(d);
     if (st != EL_OK) return st;
@@ -152,7 +155,7 @@ static int plan(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, int kv_t
     el_span t[SC_COUNT];
     size_t block[2];
     scratch_table(d, n_ctx, n_batch, n_threads, t, block);
-    const size_t kv = kv_total(d, n_ctx, n_batch, kv_type), total = block[0];
+    const size_t kv = el_size_mul(kv_total(d, n_ctx, n_batch, kv_type), (size_t)n_seq), total = block[0];
     /* more than this machine's size_t can count (a 32-bit build): refused before any allocation */
     if (!el_size_ok(kv) || !el_size_ok(total) || !el_size_ok(el_size_add(kv, total))) return EL_ENOMEM;
     *kv_bytes = kv;
@@ -160,17 +163,27 @@ static int plan(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, int kv_t
     return EL_OK;
 }
 
+int el_model_plan_seqs(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int kv_type, int n_threads,
+                       int32_t n_seq, size_t *kv_bytes, size_t *scratch_bytes) {
+    if (!kv_bytes || !scratch_bytes) return EL_EINVAL;
+    return plan(desc, n_ctx, n_batch, kv_type, n_threads, n_seq, kv_bytes, scratch_bytes);
+}
+
 int el_model_plan(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int kv_type, int n_threads,
                   size_t *kv_bytes, size_t *scratch_bytes) {
-    if (!kv_bytes || !scratch_bytes) return EL_EINVAL;
-    return plan(desc, n_ctx, n_batch, kv_type, n_threads, kv_bytes, scratch_bytes);
+    return el_model_plan_seqs(desc, n_ctx, n_batch, kv_type, n_threads, 1, kv_bytes, scratch_bytes);
 }
 
 int el_model_create(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int32_t n_batch, int kv_type,
                     el_model **out) {
+    return el_model_create_seqs(desc, pool, n_ctx, n_batch, kv_type, 1, out);
+}
+
+int el_model_create_seqs(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int32_t n_batch, int kv_type,
+                         int32_t n_seq, el_model **out) {
     if (!pool || !out) return EL_EINVAL;
     size_t kv_total = 0, scratch_total = 0;
-    int st = plan(desc, n_ctx, n_batch, kv_type, el_pool_threads(pool), &kv_total, &scratch_total);
+    int st = plan(desc, n_ctx, n_batch, kv_type, el_pool_threads(pool), n_seq, &kv_total, &scratch_total);
     if (st != EL_OK) return st;
     el_model *m = calloc(1, sizeof *m);
     if (!m) return EL_ENOMEM;
@@ -179,17 +192,20 @@ int el_model_create(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int
     el_pool_ref(pool); /* the pool outlives the model, even past its owner's el_pool_free */
     m->n_ctx = n_ctx;
     m->n_batch = n_batch;
+    m->n_seq = n_seq;
     m->kv_type = kv_type;
     m->ops = el_numerics_ops_of(EL_NUMERICS_NATIVE);
     m->layers = calloc((size_t)desc->n_layer, sizeof *m->layers);
-    m->kv = calloc((size_t)desc->n_layer, sizeof *m->kv);
+    m->kv = calloc((size_t)n_seq * (size_t)desc->n_layer, sizeof *m->kv);
     if (!m->layers || !m->kv) goto nomem;
     memcpy(m->layers, desc->layers, (size_t)desc->n_layer * sizeof *m->layers);
     m->d.layers = m->layers;
 
     const size_t slot = el_kv_slot_bytes(m);
-    for (int32_t il = 0; il < desc->n_layer; il++) {
-        kv_layer *c = &m->kv[il];
+    /* one allocation per sequence and layer: a sequence's pages are touched only when it is used */
+    for (size_t i = 0; i < (size_t)n_seq * (size_t)desc->n_layer; i++) {
+        const int32_t il = (int32_t)(i % (size_t)desc->n_layer);
+        kv_layer *c = &m->kv[i];
         c->n_slots = el_kv_layer_slots(m->layers[il].window, n_ctx, n_batch);
         c->ring = c->n_slots < n_ctx;
         /* plan() checked the sum of these products, so none of them wraps */
@@ -221,6 +237,10 @@ int el_model_create(const el_model_desc *desc, el_pool *pool, int32_t n_ctx, int
     m->u = (float *)(b + t[SC_U].offset);
     m->cs = (float *)(b + t[SC_CS].offset);
     m->q_pos = (int32_t *)(b + t[SC_Q_POS].offset);
+    m->row_seq = (int32_t *)(b + t[SC_ROW_SEQ].offset);
+    m->row_tok = (int32_t *)(b + t[SC_ROW_TOK].offset);
+    m->row_src = (int32_t *)(b + t[SC_ROW_SRC].offset);
+    m->entries = (el_batch_entry *)(b + t[SC_ENTRIES].offset);
     m->attn_scratch = (float *)(b + t[SC_ATTN].offset);
     m->gelu_table = (el_half *)(b + t[SC_GELU].offset);
     if (desc->act == EL_ACT_GELU) el_gelu_table_fill(m->gelu_table);
@@ -235,10 +255,10 @@ nomem:
 void el_model_free(el_model *m) {
     if (!m) return;
     if (m->kv)
-        for (int32_t il = 0; il < m->d.n_layer; il++) {
-            free(m->kv[il].k);
-            free(m->kv[il].v);
-            free(m->kv[il].pos);
+        for (size_t i = 0; i < (size_t)m->n_seq * (size_t)m->d.n_layer; i++) {
+            free(m->kv[i].k);
+            free(m->kv[i].v);
+            free(m->kv[i].pos);
         }
     free(m->kv);
     free(m->layers);
@@ -311,4 +331,5 @@ int el_model_set_numerics(el_model *m, int numerics) {
 }
 
 size_t el_model_kv_bytes(const el_model *m) { return m ? m->kv_bytes : 0; }
+int32_t el_model_n_seq(const el_model *m) { return m ? m->n_seq : 0; }
 size_t el_model_scratch_bytes(const el_model *m) { return m ? m->scratch_bytes : 0; }

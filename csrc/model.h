@@ -26,6 +26,8 @@ enum {
     SC_X, SC_XN, SC_Q, SC_K, SC_V, SC_ATT, SC_O, SC_G, SC_U,
     SC_CS,                                  /* rope cos/sin per token */
     SC_Q_POS,
+    SC_ROW_SEQ, SC_ROW_TOK, SC_ROW_SRC,     /* a batch's rows grouped by sequence: seq, token, entry index */
+    SC_ENTRIES,                             /* el_model_eval's batch as el_batch_entry */
     SC_ATTN,                                /* attention scratch (el_attention_scratch_floats) */
     SC_GELU,                                /* GELU table (Gemma), else empty */
     SC_ACT_Q8_0, SC_ACT_Q8_1, SC_ACT_Q8_K,  /* quantized activations, one per kind (ACT_Q8_0..) */
@@ -55,13 +57,15 @@ struct el_model {
     el_model_desc d;
     el_layer *layers;
     el_pool *pool;
-    int32_t n_ctx, n_batch;
+    int32_t n_ctx, n_batch, n_seq;
     int kv_type;
-    kv_layer *kv;
+    kv_layer *kv;                    /* n_seq x n_layer: sequence s's layers at kv + s * n_layer */
     size_t kv_bytes, scratch_bytes;
     /* scratch, n_batch rows each */
     float *x, *xn, *q, *k, *v, *att, *o, *g, *u, *cs;
     int32_t *q_pos;
+    int32_t *row_seq, *row_tok, *row_src;
+    el_batch_entry *entries;
     float *attn_scratch;
     el_half *gelu_table;             /* GELU of every fp16 value (Gemma), filled at creation */
     void *act[ACT_KINDS];            /* [ACT_F32] unused: a float input is read in place */
@@ -80,12 +84,15 @@ static inline int el_model_leave(const el_model *m, int status) {
     return status;
 }
 
+/* sequence seq's layers (n_layer kv_layer) */
+static inline kv_layer *el_seq_kv(const el_model *m, int32_t seq) { return m->kv + (size_t)seq * (size_t)m->d.n_layer; }
+
 /* bytes of one slot (all kv heads) of K or of V */
 size_t el_kv_slot_bytes(const el_model *m);
 /* slots a layer with this window gets */
 int32_t el_kv_layer_slots(int32_t window, int32_t n_ctx, int32_t n_batch);
-/* the length of the cached sequence: the position the next batch must start at */
-int32_t el_kv_n_past(const el_model *m);
+/* the length of sequence seq's cached tokens: the position its next entry must have */
+int32_t el_kv_n_past(const el_model *m, int32_t seq);
 /* stores n new keys/values at positions pos0.. */
 void el_kv_store(el_model *m, kv_layer *c, const float *k, const float *v, size_t n, int32_t pos0);
 int el_act_kind(int wtype);

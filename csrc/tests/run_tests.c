@@ -1703,6 +1703,204 @@ static void test_threads(rng_t *r) {
     test_eval_continues_the_cache(r);
 }
 
+/* ------------------------------------------------------------------ tests: several sequences */
+
+/* Three sequences of the tiny model (layer 1 windowed: its ring of 15 slots wraps), sequence 1
+ * shifted (keep 2, drop 6) after SEQ_SHIFT_AT tokens. */
+#define SEQ_N 3
+#define SEQ_SHIFT_AT 24
+static const int g_seq_len[SEQ_N] = {22, 30, 26};
+static const int g_seq_start[SEQ_N] = {0, 3, 7}; /* the step at which each joins */
+
+/* every token's logits of sequence s alone, token by token on a model of one sequence and one thread */
+static int seq_solo(tiny_model *t, const int32_t *tok, int len, int shift_at, float *out) {
+    el_model *m = NULL;
+    int st = el_model_create(&t->d, pool_of(1), TINY_CTX, TINY_BATCH, EL_TYPE_F16, &m);
+    for (int i = 0; st == EL_OK && i < len; i++) {
+        if (i == shift_at) st = el_model_shift(m, 2, 6);
+        if (st == EL_OK) st = el_model_eval(m, tok + i, 1, el_model_n_past(m), out + (size_t)i * TINY_VOCAB, 0);
+    }
+    el_model_free(m);
+    return st;
+}
+
+/* a sequence's state blob (malloc'ed), to see that other sequences' operations leave it alone */
+static void *seq_blob(el_model *m, int32_t seq, size_t *size) {
+    *size = el_model_seq_state_size(m, seq);
+    void *b = xmalloc(*size ? *size : 1);
+    if (el_model_seq_state_save(m, seq, b, *size) != EL_OK) memset(b, 0, *size);
+    return b;
+}
+
+static int blob_same(el_model *m, int32_t seq, const void *b, size_t size) {
+    size_t n;
+    void *now = seq_blob(m, seq, &n);
+    const int same = n == size && memcmp(now, b, n) == 0;
+    free(now);
+    return same;
+}
+
+/* the three sequences stepped together on 3 threads: mixed batches (a prompt chunk of one, single
+ * tokens of the others, entries interleaved across sequences, some without logits) */
+static void seq_together(rng_t *r, tiny_model *t, int32_t tok[SEQ_N][32], float *solo[SEQ_N], const char *isa) {
+    el_model *m = NULL;
+    int st = el_model_create_seqs(&t->d, pool_of(3), TINY_CTX, TINY_BATCH, EL_TYPE_F16, 4, &m);
+    check(st == EL_OK && el_model_n_seq(m) == 4, "%s: el_model_create_seqs(4) -> %d", isa, st);
+    if (st != EL_OK) return;
+    int next[SEQ_N] = {0}, shifted = 0, wrong = 0, isolated = 1, steps = 0, max_seqs = 0;
+    el_batch_entry b[TINY_BATCH];
+    float *logits = xmalloc(TINY_BATCH * TINY_VOCAB * sizeof(float));
+    int src_seq[TINY_BATCH], src_i[TINY_BATCH];
+    for (int step = 0; st == EL_OK && step < 200; step++) {
+        if (!shifted && next[1] == SEQ_SHIFT_AT) { /* the others' caches must not move */
+            size_t n0, n2;
+            void *b0 = seq_blob(m, 0, &n0), *b2 = seq_blob(m, 2, &n2);
+            st = el_model_seq_shift(m, 1, 2, 6);
+            isolated &= blob_same(m, 0, b0, n0) && blob_same(m, 2, b2, n2);
+            free(b0);
+            free(b2);
+            shifted = 1;
+        }
+        int chunk[SEQ_N] = {0}, total = 0, active = 0;
+        for (int s = 0; s < SEQ_N; s++) {
+            if (step < g_seq_start[s] || next[s] >= g_seq_len[s]) continue;
+            /* a prompt chunk of 1..5 tokens at a sequence's start or now and then, else one token */
+            const int want = next[s] == 0 || rng_below(r, 4) == 0 ? 1 + (int)rng_below(r, 5) : 1;
+            int c = want < g_seq_len[s] - next[s] ? want : g_seq_len[s] - next[s];
+            if (s == 1 && !shifted && next[1] + c > SEQ_SHIFT_AT) c = SEQ_SHIFT_AT - next[1];
+            if (total + c > TINY_BATCH) c = TINY_BATCH - total;
+            chunk[s] = c, total += c, active += c > 0;
+        }
+        if (total == 0) {
+            if (next[0] >= g_seq_len[0] && next[1] >= g_seq_len[1] && next[2] >= g_seq_len[2]) break;
+            continue;
+        }
+        max_seqs = active > max_seqs ? active : max_seqs;
+        int n = 0, pos[SEQ_N];
+        for (int s = 0; s < SEQ_N; s++) pos[s] = el_model_seq_n_past(m, s);
+        for (int j = 0; j < TINY_BATCH; j++) /* round robin: a sequence's entries stay in order */
+            for (int s = 0; s < SEQ_N; s++)
+                if (j < chunk[s]) {
+                    const int i = next[s] + j;
+                    b[n] = (el_batch_entry){s, tok[s][i], pos[s] + j, rng_below(r, 3) != 0};
+                    src_seq[n] = s, src_i[n] = i;
+                    n++;
+                }
+        st = el_model_decode(m, b, (size_t)n, logits);
+        for (int e = 0, k = 0; st == EL_OK && e < n; e++)
+            if (b[e].logits)
+                wrong += memcmp(logits + (size_t)k++ * TINY_VOCAB, solo[src_seq[e]] + (size_t)src_i[e] * TINY_VOCAB,
+                                TINY_VOCAB * sizeof(float)) != 0;
+        for (int s = 0; s < SEQ_N; s++) next[s] += chunk[s];
+        steps++;
+    }
+    check(st == EL_OK && wrong == 0 && max_seqs == SEQ_N && shifted,
+          "%s: 3 sequences stepped together (%d steps, mixed batches, one shifted): %d logits rows differ from "
+          "the sequences run alone (status %d)", isa, steps, wrong, st);
+    check(isolated, "%s: a shift of sequence 1 leaves sequences 0 and 2 untouched", isa);
+
+    /* clear and reuse a sequence while the others hold theirs: as a new model */
+    size_t n1, n2;
+    void *b1 = seq_blob(m, 1, &n1), *b2 = seq_blob(m, 2, &n2);
+    st = el_model_seq_clear(m, 0);
+    check(st == EL_OK && el_model_seq_n_past(m, 0) == 0 && blob_same(m, 1, b1, n1) && blob_same(m, 2, b2, n2),
+          "%s: clearing sequence 0 leaves 1 and 2 untouched", isa);
+    for (int i = 0; st == EL_OK && i < g_seq_len[2]; i++) {
+        const el_batch_entry e = {0, tok[2][i], i, 1};
+        st = el_model_decode(m, &e, 1, logits);
+        wrong += st == EL_OK && memcmp(logits, solo[2] + (size_t)i * TINY_VOCAB, TINY_VOCAB * sizeof(float)) != 0;
+    }
+    check(st == EL_OK && wrong == 0, "%s: a cleared sequence reused gives a new model's logits (%d wrong)", isa, wrong);
+    /* truncate of one sequence leaves the others */
+    b1 = (free(b1), seq_blob(m, 1, &n1));
+    st = el_model_seq_truncate(m, 2, 5);
+    check(st == EL_ECTX || st == EL_OK, "%s: truncate 2 -> %d", isa, st);
+    check(blob_same(m, 1, b1, n1) && el_model_seq_n_past(m, 0) == g_seq_len[2],
+          "%s: truncating sequence 2 leaves sequences 0 and 1", isa);
+    /* a sequence's state moves to another sequence */
+    size_t n0;
+    void *b0 = seq_blob(m, 0, &n0);
+    st = el_model_seq_state_load(m, 3, b0, n0);
+    check(st == EL_OK && el_model_seq_n_past(m, 3) == g_seq_len[2] && blob_same(m, 3, b0, n0),
+          "%s: sequence 0's state loads into sequence 3 -> %d", isa, st);
+    free(b0);
+    free(b1);
+    free(b2);
+    free(logits);
+    el_model_free(m);
+}
+
+static void test_sequences(rng_t *r) {
+    tiny_model t;
+    tiny_make(r, &t);
+    int32_t tok[SEQ_N][32];
+    for (int s = 0; s < SEQ_N; s++)
+        for (int i = 0; i < 32; i++) tok[s][i] = (int32_t)rng_below(r, TINY_VOCAB);
+    for (int ii = 0; ii < g_n_isas; ii++) {
+        use_isa(g_isas[ii]);
+        float *solo[SEQ_N];
+        int st = EL_OK;
+        for (int s = 0; s < SEQ_N; s++) {
+            solo[s] = xmalloc(32 * TINY_VOCAB * sizeof(float));
+            if (st == EL_OK) st = seq_solo(&t, tok[s], g_seq_len[s], s == 1 ? SEQ_SHIFT_AT : -1, solo[s]);
+        }
+        check(st == EL_OK, "%s: the sequences alone -> %d", g_isas[ii], st);
+        if (st == EL_OK) seq_together(r, &t, tok, solo, g_isas[ii]);
+        for (int s = 0; s < SEQ_N; s++) free(solo[s]);
+    }
+    use_isa(g_auto_isa);
+
+    /* the plan counts every sequence's cache; bad sequence ids and positions are refused, and a
+     * refused batch writes nothing */
+    size_t kv1, sc1, kv4, sc4;
+    int st1 = el_model_plan_seqs(&t.d, TINY_CTX, TINY_BATCH, EL_TYPE_F16, 2, 1, &kv1, &sc1);
+    int st4 = el_model_plan_seqs(&t.d, TINY_CTX, TINY_BATCH, EL_TYPE_F16, 2, 4, &kv4, &sc4);
+    const int bad0 = el_model_plan_seqs(&t.d, TINY_CTX, TINY_BATCH, EL_TYPE_F16, 2, 0, &kv4, &sc4);
+    const int bad257 = el_model_plan_seqs(&t.d, TINY_CTX, TINY_BATCH, EL_TYPE_F16, 2, EL_MAX_SEQ + 1, &kv4, &sc4);
+    check(st1 == EL_OK && st4 == EL_OK && kv4 == 4 * kv1 && sc4 == sc1 && bad0 == EL_EINVAL && bad257 == EL_EINVAL,
+          "plan of 4 sequences: kv %zu = 4 x %zu, scratch %zu = %zu; n_seq 0 / 257 -> %d / %d", kv4, kv1, sc4, sc1,
+          bad0, bad257);
+    el_model *m = NULL;
+    int st = el_model_create_seqs(&t.d, pool_of(2), TINY_CTX, TINY_BATCH, EL_TYPE_F16, 4, &m);
+    check(st == EL_OK && el_model_kv_bytes(m) == kv4, "created 4 sequences: kv %zu, planned %zu",
+          m ? el_model_kv_bytes(m) : 0, kv4);
+    if (st == EL_OK) {
+        float y[3 * TINY_VOCAB];
+        const el_batch_entry ok[2] = {{0, 1, 0, 1}, {2, 3, 0, 1}};
+        const el_batch_entry bad_seq[2] = {{0, 1, 1, 1}, {4, 3, 0, 1}};
+        const el_batch_entry bad_pos[2] = {{0, 1, 1, 1}, {2, 3, 2, 1}};
+        const el_batch_entry bad_tok[1] = {{1, TINY_VOCAB, 0, 1}};
+        const int a = el_model_decode(m, ok, 2, y);
+        size_t n0;
+        void *b0 = seq_blob(m, 0, &n0);
+        const int bs = el_model_decode(m, bad_seq, 2, y), bp = el_model_decode(m, bad_pos, 2, y);
+        const int bt = el_model_decode(m, bad_tok, 1, y), none = el_model_decode(m, ok, 2, NULL);
+        check(a == EL_OK && bs == EL_EINVAL && bp == EL_ECTX && bt == EL_EINVAL && none == EL_ECTX &&
+                  blob_same(m, 0, b0, n0) && el_model_seq_n_past(m, 0) == 1 && el_model_seq_n_past(m, 1) == 0,
+              "decode refusals: ok %d, seq 4 %d, hole %d, token %d, logits NULL %d; caches unchanged", a, bs, bp,
+              bt, none);
+        free(b0);
+        const el_batch_entry quiet[2] = {{0, 1, 1, 0}, {1, 2, 0, 0}};
+        const int q = el_model_decode(m, quiet, 2, NULL);
+        check(q == EL_OK && el_model_seq_n_past(m, 0) == 2 && el_model_seq_n_past(m, 1) == 1,
+              "a batch without wanted logits fills the caches -> %d", q);
+        check(el_model_seq_truncate(m, 4, 0) == EL_EINVAL && el_model_seq_shift(m, -1, 0, 1) == EL_EINVAL &&
+                  el_model_seq_n_past(m, 9) == -1 && el_model_seq_clear(m, 4) == EL_EINVAL,
+              "per-sequence calls refuse a bad sequence id");
+        /* llama.cpp numerics: per sequence only */
+        if (el_model_set_numerics(m, EL_NUMERICS_LLAMACPP) == EL_OK) {
+            const el_batch_entry mixed[2] = {{0, 1, 2, 1}, {1, 2, 1, 1}}, one[1] = {{3, 1, 0, 1}};
+            const int mx = el_model_decode(m, mixed, 2, y), on = el_model_decode(m, one, 1, y);
+            check(mx == EL_EUNSUPPORTED && on == EL_OK,
+                  "llama.cpp numerics: a batch of two sequences -> %d (want EL_EUNSUPPORTED), of one -> %d", mx, on);
+        } else {
+            check(0, "the tiny model takes llama.cpp numerics");
+        }
+    }
+    el_model_free(m);
+    tiny_free(&t);
+}
+
 int main(int argc, char **argv) {
     uint64_t seed = 20240607;
     const char *emit = NULL, *golden = NULL, *only = NULL;
@@ -1739,7 +1937,7 @@ int main(int argc, char **argv) {
                 {"dequant/quant", test_dequant_quant}, {"matmul", test_matmul},   {"ops", test_ops},
                 {"attention", test_attention}, {"vec_dot_nv", test_vec_dot_nv}, {"batch == single", test_matmul_batch},
                 {"pool", test_pool}, {"llama.cpp order", test_llamacpp_order}, {"model/threads", test_threads},
-                {"size overflow", test_size_overflow},
+                {"size overflow", test_size_overflow}, {"sequences", test_sequences},
             };
             for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
                 const int f0 = g_fail, p0 = g_pass;
