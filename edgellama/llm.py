@@ -123,14 +123,16 @@ class LLM(CompletionAPI):
                  n_threads: int | None = None, kv_type: str = "f16", mem_budget: int | None = None,
                  n_keep: int = 0, context_shift: bool = True, numerics: str = "native", *,
                  model_path: str | Path | None = None, chat_format: str | None = None, seed: int | None = None,
-                 verbose: bool = True, n_gpu_layers: int = 0) -> None:
+                 verbose: bool = True, n_gpu_layers: int = 0, n_seq: int = 1) -> None:
         """path (or llama-cpp-python's model_path): a GGUF file or a known name (`edgellama list`).
         n_ctx None: the largest context within mem_budget (up to the model's training context), or
         min(training context, 4096) without a budget. Raises memplan.BudgetError, with the plan, when
         the model does not fit; nothing large is allocated before that check. chat_format names a
         hand-written chat format (chatml, gemma) instead of the model's template; seed None or < 0 is
         random. verbose and n_gpu_layers are accepted for llama-cpp-python scripts and change nothing
-        (this runtime prints nothing while loading and runs on the CPU)."""
+        (this runtime prints nothing while loading and runs on the CPU). n_seq: sequences the engine holds
+        (each a KV cache of n_ctx, all counted by the plan) for edgellama.slots.Slots; this LLM's own
+        calls use sequence 0."""
         t0 = time.perf_counter()
         if (path is None) == (model_path is None):
             raise TypeError("give the model as path or model_path, exactly once")
@@ -145,7 +147,7 @@ class LLM(CompletionAPI):
             train = self.hp.n_ctx_train or DEFAULT_CTX
             ctx_max = train if mem_budget is not None else min(train, DEFAULT_CTX)
             self.plan: MemoryPlan = choose_plan(self.desc, n_ctx if n_ctx and n_ctx > 0 else None, ctx_max,
-                                                n_batch, kv_type, threads, mem_budget, numerics)
+                                                n_batch, kv_type, threads, mem_budget, numerics, n_seq)
             self.n_ctx = self.plan.n_ctx
             self.n_batch = self.plan.n_batch
             if n_keep < 0 or n_keep >= self.n_ctx:
@@ -154,7 +156,7 @@ class LLM(CompletionAPI):
             self.context_shift = context_shift
             self.tokenizer = tokenizer_from_metadata(Metadata.of(self.file), n_rows=self.desc.n_vocab)
             self.pool = Pool(threads)
-            self.engine = Engine(self.desc, self.pool, self.n_ctx, self.n_batch, kv_type, numerics)
+            self.engine = Engine(self.desc, self.pool, self.n_ctx, self.n_batch, kv_type, numerics, n_seq)
         except BaseException:
             self.file.close()
             raise

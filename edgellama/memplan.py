@@ -59,6 +59,7 @@ class MemoryPlan:
     logits: int
     overhead: int
     budget: int | None = None
+    n_seq: int = 1  # sequences (service slots), each with its own KV cache of n_ctx positions
 
     @property
     def total(self) -> int:
@@ -70,7 +71,7 @@ class MemoryPlan:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "n_ctx": self.n_ctx, "n_batch": self.n_batch, "kv_type": self.kv_type, "n_threads": self.n_threads,
+            "n_ctx": self.n_ctx, "n_seq": self.n_seq, "n_batch": self.n_batch, "kv_type": self.kv_type, "n_threads": self.n_threads,
             "weights_bytes": self.weights, "kv_cache_bytes": self.kv_cache, "scratch_bytes": self.scratch,
             "logits_bytes": self.logits, "overhead_bytes": self.overhead, "total_bytes": self.total,
             "budget_bytes": self.budget, "fits": self.fits,
@@ -79,7 +80,8 @@ class MemoryPlan:
     def table(self) -> str:
         rows = [
             ("weights (mmapped file, page cache)", self.weights),
-            (f"KV cache ({self.kv_type}, {self.n_ctx} positions)", self.kv_cache),
+            (f"KV cache ({self.kv_type}, {self.n_ctx} positions"
+             + (f" x {self.n_seq} slots)" if self.n_seq > 1 else ")"), self.kv_cache),
             (f"scratch (batches of {self.n_batch})", self.scratch),
             ("logits", self.logits),
             ("runtime overhead (estimate)", self.overhead),
@@ -118,45 +120,50 @@ def physical_memory() -> int | None:
 
 
 def make_plan(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_threads: int,
-              budget: int | None = None, numerics: str = "native") -> MemoryPlan:
+              budget: int | None = None, numerics: str = "native", n_seq: int = 1) -> MemoryPlan:
     check_ranges(n_ctx, n_batch, n_threads)
     n_batch = max(1, min(n_batch, n_ctx))
-    kv, scratch = plan_bytes(desc, n_ctx, n_batch, kv_type, n_threads, numerics)
+    kv, scratch = plan_bytes(desc, n_ctx, n_batch, kv_type, n_threads, numerics, n_seq)
     return MemoryPlan(
         n_ctx=n_ctx, n_batch=n_batch, kv_type=kv_type, n_threads=n_threads, weights=weights_bytes(desc),
-        kv_cache=kv, scratch=scratch, logits=desc.n_vocab * 4,
-        overhead=BASE_OVERHEAD + PER_TOKEN_OVERHEAD * desc.n_vocab, budget=budget,
+        kv_cache=kv, scratch=scratch, logits=desc.n_vocab * 4 * n_seq,  # a step's logits: a row per slot
+        overhead=BASE_OVERHEAD + PER_TOKEN_OVERHEAD * desc.n_vocab, budget=budget, n_seq=n_seq,
     )
 
 
+def _slots(n_seq: int) -> str:
+    return f" for each of {n_seq} slots" if n_seq > 1 else ""
+
+
 def choose_plan(desc: ModelDesc, n_ctx: int | None, n_ctx_max: int, n_batch: int, kv_type: str,
-                n_threads: int, budget: int | None, numerics: str = "native") -> MemoryPlan:
-    """The plan for n_ctx, or (n_ctx None) for the largest context up to n_ctx_max within budget.
+                n_threads: int, budget: int | None, numerics: str = "native", n_seq: int = 1) -> MemoryPlan:
+    """The plan for n_ctx, or (n_ctx None) for the largest context up to n_ctx_max within budget
+    (n_seq sequences, each a context of that size).
     Raises BudgetError, with the plan in the message, when nothing fits. Without a budget, a plan
     whose allocations (all but the file-backed weights) exceed this machine's RAM is refused too."""
     check_ranges(n_ctx, n_batch, n_threads)
     if n_ctx is not None:
-        p = make_plan(desc, n_ctx, n_batch, kv_type, n_threads, budget, numerics)
+        p = make_plan(desc, n_ctx, n_batch, kv_type, n_threads, budget, numerics, n_seq)
         if not p.fits:
-            raise BudgetError(f"a context of {n_ctx} does not fit the memory budget:\n{p.table()}")
+            raise BudgetError(f"a context of {n_ctx}{_slots(n_seq)} does not fit the memory budget:\n{p.table()}")
         ram = physical_memory()
         if budget is None and ram is not None and p.total - p.weights > ram:
-            raise BudgetError(f"a context of {n_ctx} needs more memory than this machine has "
+            raise BudgetError(f"a context of {n_ctx}{_slots(n_seq)} needs more memory than this machine has "
                               f"({ram >> 20} MiB):\n{p.table()}")
         return p
     hi = min(max(n_ctx_max, MIN_CTX), MAX_CTX)
-    p = make_plan(desc, hi, n_batch, kv_type, n_threads, budget, numerics)
+    p = make_plan(desc, hi, n_batch, kv_type, n_threads, budget, numerics, n_seq)
     if p.fits:
         return p
-    lo_plan = make_plan(desc, MIN_CTX, n_batch, kv_type, n_threads, budget, numerics)
+    lo_plan = make_plan(desc, MIN_CTX, n_batch, kv_type, n_threads, budget, numerics, n_seq)
     if not lo_plan.fits:
-        raise BudgetError(f"the model does not fit the memory budget even with a context of {MIN_CTX}:\n"
+        raise BudgetError(f"the model does not fit the memory budget even with a context of {MIN_CTX}{_slots(n_seq)}:\n"
                           f"{lo_plan.table()}")
     lo = MIN_CTX  # fits; hi does not: bisect on the context (memory grows with it)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if make_plan(desc, mid, n_batch, kv_type, n_threads, budget, numerics).fits:
+        if make_plan(desc, mid, n_batch, kv_type, n_threads, budget, numerics, n_seq).fits:
             lo = mid
         else:
             hi = mid
-    return make_plan(desc, lo, n_batch, kv_type, n_threads, budget, numerics)
+    return make_plan(desc, lo, n_batch, kv_type, n_threads, budget, numerics, n_seq)

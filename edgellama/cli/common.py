@@ -144,4 +144,5 @@ def load(args: argparse.Namespace):  # -> LLM (import kept lazy: `info` must sta
     return LLM(model_path(args), n_ctx=args.ctx_size or None, n_batch=args.batch_size,
                n_threads=args.threads or None, kv_type=args.cache_type, mem_budget=budget, n_keep=args.keep,
                context_shift=not args.no_context_shift, numerics=args.numerics,
-               chat_format=getattr(args, "chat_template", None), seed=getattr(args, "seed", None))
+               chat_format=getattr(args, "chat_template", None), seed=getattr(args, "seed", None),
+               n_seq=getattr(args, "parallel", 1))

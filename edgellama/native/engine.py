@@ -133,10 +133,19 @@ def numerics_code(numerics: str) -> int:
     return NUMERICS[numerics]
 
 
+MAX_SEQ = int(lib.EL_MAX_SEQ)
+
+
+def check_n_seq(n_seq: int) -> int:
+    if not 1 <= n_seq <= MAX_SEQ:
+        raise ValueError(f"{n_seq} sequences is out of range (1..{MAX_SEQ})")
+    return int(n_seq)
+
+
 def plan_bytes(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_threads: int,
-               numerics: str = "native") -> tuple[int, int]:
+               numerics: str = "native", n_seq: int = 1) -> tuple[int, int]:
     """(KV cache bytes, scratch bytes) the engine would allocate: computed by the C code that allocates
-    (scratch includes what the numerics mode adds)."""
+    (scratch includes what the numerics mode adds; the KV cache counts all n_seq sequences)."""
     if kv_type not in KV_TYPES:
         raise ValueError(f"unknown KV cache type {kv_type!r} (choose from {', '.join(KV_TYPES)})")
     n_ctx, n_batch = c_int32("n_ctx", n_ctx), c_int32("n_batch", n_batch)
@@ -144,7 +153,8 @@ def plan_bytes(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_thread
     d, _keep = _c_desc(desc)
     kv = ffi.new("size_t *")
     scratch = ffi.new("size_t *")
-    check(lib.el_model_plan(d, int(n_ctx), int(min(n_batch, n_ctx)), KV_TYPES[kv_type], int(n_threads), kv, scratch),
+    check(lib.el_model_plan_seqs(d, int(n_ctx), int(min(n_batch, n_ctx)), KV_TYPES[kv_type], int(n_threads),
+                                 check_n_seq(n_seq), kv, scratch),
           f"planning a context of {n_ctx}")
     extra = 0
     if numerics != "native":
@@ -153,11 +163,17 @@ def plan_bytes(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_thread
     return int(kv[0]), int(scratch[0]) + extra
 
 
+# el_batch_entry as numpy sees it
+BATCH_ENTRY = np.dtype([("seq", np.int32), ("token", np.int32), ("pos", np.int32), ("logits", np.int32)])
+
+
 class Engine:
-    """One model instance: KV cache of n_ctx positions, batches of up to n_batch tokens."""
+    """One model instance: n_seq sequences (KV caches of n_ctx positions each), batches of up to
+    n_batch tokens. eval / n_past / truncate / shift / state act on sequence 0; decode and the seq_*
+    calls on any."""
 
     def __init__(self, desc: ModelDesc, pool: Pool, n_ctx: int, n_batch: int, kv_type: str = "f16",
-                 numerics: str = "native") -> None:
+                 numerics: str = "native", n_seq: int = 1) -> None:
         if kv_type not in KV_TYPES:
             raise ValueError(f"unknown KV cache type {kv_type!r} (choose from {', '.join(KV_TYPES)})")
         self.desc = desc
@@ -165,10 +181,11 @@ class Engine:
         self.n_ctx = c_int32("n_ctx", n_ctx)
         self.n_batch = int(min(n_batch, n_ctx))
         self.kv_type = kv_type
+        self.n_seq = check_n_seq(n_seq)
         d, keep = _c_desc(desc)
         out = ffi.new("el_model **")
         with pool._lock:  # not closed meanwhile; from here on the C model holds the pool
-            status = lib.el_model_create(d, pool.ptr, self.n_ctx, self.n_batch, KV_TYPES[kv_type], out)
+            status = lib.el_model_create_seqs(d, pool.ptr, self.n_ctx, self.n_batch, KV_TYPES[kv_type], self.n_seq, out)
         if status != 0:
             raise KernelError("creating the model (shapes, types or memory)", status)
         self._keep = keep  # cffi buffers: the C model points into these views of the file
@@ -260,6 +277,76 @@ class Engine:
         with self._lock:
             status = lib.el_model_state_load(self._model, ffi.from_buffer(blob), len(blob))
         check(status, "restoring the KV cache (the session does not fit this model, context, batch or cache type)")
+
+    # ---- several sequences ----
+    def decode(self, seqs: list[int], tokens: list[int], positions: list[int], want: list[bool]
+               ) -> npt.NDArray[np.float32]:
+        """One forward pass over entries of several sequences (entry i: token tokens[i] of sequence
+        seqs[i] at positions[i], which continue that sequence's cache in order). Returns the logits of
+        the entries with want[i], in entry order (n_want x n_vocab)."""
+        n = len(tokens)
+        if not 1 <= n <= self.n_batch or not len(seqs) == len(positions) == len(want) == n:
+            raise ValueError(f"a batch holds 1..{self.n_batch} entries, each with a sequence, token, position "
+                             f"and logits flag; got {n}")
+        b = np.empty(n, dtype=BATCH_ENTRY)
+        try:
+            b["seq"], b["token"], b["pos"] = seqs, tokens, positions
+        except OverflowError:
+            raise ValueError("a sequence id, token id or position does not fit a 32-bit integer") from None
+        b["logits"] = [1 if w else 0 for w in want]
+        n_want = int(b["logits"].sum())
+        out = np.empty((n_want, self.desc.n_vocab), dtype=np.float32)
+        with self._lock:
+            status = lib.el_model_decode(self._model, ffi.from_buffer("el_batch_entry[]", b), n,
+                                         ffi.from_buffer("float[]", out) if n_want else ffi.NULL)
+            past = ({s: int(lib.el_model_seq_n_past(self._model, s)) for s in set(seqs) if 0 <= s < self.n_seq}
+                    if status == lib.EL_ECTX else {})
+        if status == lib.EL_ECTX:
+            raise KernelError(f"decoding {n} entries: positions must continue each sequence's cache "
+                              f"(next positions {past}) within the context of {self.n_ctx}", status)
+        if status == lib.EL_EUNSUPPORTED:
+            raise ValueError(f"{self.numerics} numerics evaluates one sequence per batch (its bits are llama.cpp's "
+                             f"per sequence); this batch mixes sequences {sorted(set(seqs))}")
+        if status == lib.EL_EINVAL:
+            raise ValueError(f"decoding {n} entries: a sequence id outside 0..{self.n_seq - 1} or a token id "
+                             f"outside 0..{self.desc.n_vocab - 1}")
+        check(status, f"decoding {n} entries")
+        return out
+
+    def seq_n_past(self, seq: int) -> int:
+        with self._lock:
+            n = int(lib.el_model_seq_n_past(self._model, int(seq)))
+        if n < 0:
+            raise ValueError(f"no sequence {seq} (0..{self.n_seq - 1})")
+        return n
+
+    def seq_clear(self, seq: int) -> None:
+        with self._lock:
+            status = lib.el_model_seq_clear(self._model, int(seq))
+        check(status, f"clearing sequence {seq}")
+
+    def seq_truncate(self, seq: int, pos: int) -> None:
+        with self._lock:
+            status = lib.el_model_seq_truncate(self._model, int(seq), int(pos))
+        check(status, f"rewinding sequence {seq} to {pos}")
+
+    def seq_shift(self, seq: int, n_keep: int, n_discard: int) -> None:
+        with self._lock:
+            status = lib.el_model_seq_shift(self._model, int(seq), int(n_keep), int(n_discard))
+        check(status, f"shifting sequence {seq} (keep {n_keep}, discard {n_discard})")
+
+    def seq_state(self, seq: int) -> bytes:
+        with self._lock:
+            size = int(lib.el_model_seq_state_size(self._model, int(seq)))
+            buf = bytearray(size)
+            status = lib.el_model_seq_state_save(self._model, int(seq), ffi.from_buffer(buf), size)
+        check(status, f"saving sequence {seq}")
+        return bytes(buf)
+
+    def seq_load_state(self, seq: int, blob: bytes) -> None:
+        with self._lock:
+            status = lib.el_model_seq_state_load(self._model, int(seq), ffi.from_buffer(blob), len(blob))
+        check(status, f"restoring sequence {seq} (a state of another model, context, batch or cache type)")
 
     def close(self) -> None:
         """Frees the model (after a call another thread is making returns); later calls raise ValueError."""
