@@ -75,3 +75,90 @@ def test_each_sequence_stepped_together_gives_its_solo_tokens_and_logits(model: 
             assert got[q] == want[q][0], f"sequence {q}: tokens differ from its run alone"
             for a, b in zip(seen[q], want[q][1]):
                 assert np.array_equal(a, b), f"sequence {q}: logits differ from its run alone"
+
+
+# ---- the service: `edgellama serve --parallel 3` over the real UNIX socket ----
+SERVE_PROMPTS = ["The capital of France is", "Water boils at", "The three primary colors are"]
+LONG = 150  # n_predict of a request meant to still be running when the test acts on it
+
+
+@pytest.fixture(scope="module")
+def parallel_server(smollm2_path: Path) -> Any:
+    from tests.service_util import ServerProc
+
+    srv = ServerProc("-m", str(smollm2_path), "--parallel", "3", "--max-tokens", str(LONG), "--log-format", "json",
+                     engine=["-c", "256", "-t", "2", "-b", "64"])
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.kill()
+
+
+def _logged(srv: Any, req_id: str) -> list[dict[str, Any]]:
+    import json
+
+    return [json.loads(line) for line in srv.stderr().splitlines() if f'"id": "{req_id}"' in line
+            or f'"id":"{req_id}"' in line]
+
+
+def test_parallel_slots_serve_concurrent_clients_their_solo_answers(parallel_server: Any) -> None:
+    from tests.service_util import text_of
+
+    srv = parallel_server
+    solo = []
+    for i, p in enumerate(SERVE_PROMPTS):  # one at a time: each alone in the engine
+        with srv.connect() as c:
+            solo.append(text_of(c.ask({"id": f"solo{i}", "prompt": p, "n_predict": 12, "temperature": 0,
+                                       "cache_prompt": False})))
+    got: dict[int, str] = {}
+    conns = [srv.connect() for _ in SERVE_PROMPTS]
+    try:
+        for i, (c, p) in enumerate(zip(conns, SERVE_PROMPTS)):
+            c.send({"id": f"par{i}", "prompt": p, "n_predict": 12, "temperature": 0, "cache_prompt": False})
+
+        def read(i: int) -> None:
+            got[i] = text_of(conns[i].until_final({f"par{i}"})[f"par{i}"])
+
+        threads = [threading.Thread(target=read, args=(i,)) for i in range(len(conns))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        for c in conns:
+            c.close()
+    assert [got.get(i) for i in range(len(SERVE_PROMPTS))] == solo
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len({r.get("slot") for i in range(3) for r in _logged(srv, f"par{i}")}) < 3:
+        time.sleep(0.05)
+    assert {r.get("slot") for i in range(3) for r in _logged(srv, f"par{i}")} == {0, 1, 2}  # in three slots at once
+    assert srv.health()["slots"] == 3
+
+
+def test_parallel_a_dropped_client_frees_its_slot_while_others_run(parallel_server: Any) -> None:
+    srv = parallel_server
+    with srv.connect() as keep:
+        keep.send({"id": "stays", "prompt": "Count: one, two,", "n_predict": 40, "temperature": 0})
+        gone = srv.connect()
+        gone.send({"id": "leaves", "prompt": "Describe the sea at length.", "n_predict": LONG})
+        assert gone.event()["event"] == "token"
+        gone.close()
+        events = keep.until_final({"stays"})["stays"]
+    assert events[-1]["event"] == "done" and events[-1]["tokens_predicted"] == 40
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (not _logged(srv, "leaves") or srv.health()["slots_busy"]):
+        time.sleep(0.05)
+    logged = _logged(srv, "leaves")
+    assert logged and logged[-1]["outcome"] == "cancelled" and logged[-1]["n_predicted"] < LONG
+    assert srv.health()["slots_busy"] == 0
+
+
+def test_parallel_a_prompt_too_long_errors_only_its_request(parallel_server: Any) -> None:
+    srv = parallel_server
+    with srv.connect() as c:
+        c.send({"id": "ok", "prompt": "Red, green,", "n_predict": 20, "temperature": 0})
+        c.send({"id": "long", "prompt": "word " * 400, "n_predict": 4})
+        got = c.until_final({"ok", "long"})
+    assert got["long"][-1]["event"] == "error" and got["long"][-1]["code"] == "context"
+    assert got["ok"][-1]["event"] == "done" and got["ok"][-1]["tokens_predicted"] == 20

@@ -36,7 +36,8 @@ def add_parser(sub: Any) -> None:
                         "passed by systemd (LISTEN_FDS) wins")
     p.add_argument("--socket-mode", type=_mode, default=0o660, help="permissions of a socket we create (octal)")
     p.add_argument("--parallel", type=int, default=1,
-                   help="slots (requests decoded at once); one slot until the batched engine lands")
+                   help="slots: requests decoded at once, in one forward pass per step (each slot has its own "
+                        "KV cache of -c tokens: the memory plan counts them all)")
     p.add_argument("--queue", type=int, default=8, help="requests waiting for a slot before `busy` errors")
     p.add_argument("--max-tokens", type=int, default=512, help="most tokens one request may generate")
     p.add_argument("--max-line", type=int, default=65536,
@@ -112,8 +113,14 @@ def serial_ports(args: argparse.Namespace) -> list[Any]:
 
 def check(args: argparse.Namespace) -> None:
     check_model_args(args)
-    if args.parallel < 1:
-        raise ValueError("--parallel must be >= 1")
+    if not 1 <= args.parallel <= 256:
+        raise ValueError("--parallel must be in 1..256")
+    if args.parallel > 1 and args.numerics != "native":
+        raise ValueError("--numerics llamacpp evaluates one sequence per forward pass (its bits are llama.cpp's "
+                         "per sequence): use --parallel 1 with it")
+    if args.parallel > args.batch_size:
+        raise ValueError(f"--parallel {args.parallel} exceeds -b/--batch-size {args.batch_size}: a step carries "
+                         f"one token of every slot")
     if args.queue < 0:
         raise ValueError("--queue must be >= 0")
     if args.max_tokens < 1:
@@ -163,11 +170,6 @@ def serve(args: argparse.Namespace) -> int:
     if args.system_prompt:
         system = Path(args.system_prompt).read_text(encoding="utf-8")
     handler = logs.setup(args.log_format, args.log_file, args.log_level)
-    if args.parallel > 1:
-        import logging
-
-        logging.getLogger("edgellama.service").warning(
-            "--parallel %d: this engine decodes one sequence; serving with 1 slot", args.parallel)
     socket_path = args.socket or (None if ports else DEFAULT_SOCKET)
     opts = ServeOptions(socket_path=socket_path, socket_mode=args.socket_mode, max_line=args.max_line,
                         grace=args.grace, log_prompts=args.log_prompts, serial=ports, model=str(model),

@@ -1,8 +1,9 @@
-"""The engine thread: owns the LLM, takes queued requests into its slot, runs prompt chunks and
+"""The engine thread: owns the LLM, takes queued requests into its slots, runs prompt chunks and
 decode steps, and reports events through each job's callback.
 
 It never touches sockets; cancellation is a flag checked between prompt chunks and decode steps.
-One slot today (--parallel 1 semantics); the protocol does not change when batched slots come.
+--parallel 1: one request at a time through LLM.generate. --parallel N: N slots (edgellama.slots),
+one forward pass per step carrying every active request's decode token and new prompts' chunks.
 """
 
 from __future__ import annotations
@@ -68,8 +69,10 @@ class Scheduler:
         self.metrics = metrics
         self.on_ready = on_ready
         self.on_fatal = on_fatal
-        self.n_slots = 1
+        self.n_slots = max(1, cfg.parallel)
         self.llm: Any = None
+        self.slots: Any = None  # edgellama.slots.Slots with --parallel > 1
+        self.busy: dict[int, Job] = {}  # slot -> its job, with --parallel > 1
         self.status = "loading"
         self.cond = threading.Condition()
         self.queue: deque[Job] = deque()
@@ -89,8 +92,7 @@ class Scheduler:
         with self.cond:
             if self.stopping:
                 raise P.ProtocolError(P.SHUTDOWN, "the server is shutting down", job.req.id)
-            busy = 1 if self.running is not None else 0
-            if len(self.queue) + busy >= self.n_slots + self.cfg.queue:
+            if len(self.queue) + self._n_busy() >= self.n_slots + self.cfg.queue:
                 raise P.ProtocolError(P.BUSY, f"all {self.n_slots} slot(s) busy and the queue of "
                                       f"{self.cfg.queue} is full; retry later", job.req.id)
             self.queue.append(job)
@@ -115,8 +117,9 @@ class Scheduler:
                 job = self.queue.popleft()
                 job.cancelled = "shutdown"
                 self._finish_locked(job, P.error_event(job.req.id, P.SHUTDOWN, "the server is shutting down"))
-            if self.running is not None and not self.running.cancelled:
-                self.running.cancelled = "shutdown"
+            for job in self._busy_jobs():
+                if not job.cancelled:
+                    job.cancelled = "shutdown"
             self.cond.notify_all()
 
     def refuse_new(self) -> None:
@@ -126,14 +129,32 @@ class Scheduler:
 
     def idle(self) -> bool:
         with self.cond:
-            return self.running is None and not self.queue
+            return not self._n_busy() and not self.queue
+
+    def _busy_jobs(self) -> list[Job]:
+        """The jobs in slots (call with cond held)."""
+        return list(self.busy.values()) + ([self.running] if self.running is not None else [])
+
+    def _n_busy(self) -> int:
+        return len(self.busy) + (self.running is not None)
+
+    def slot_jobs(self) -> list[Job | None]:
+        """Each slot's job, or None while it is idle."""
+        with self.cond:
+            if self.slots is None:
+                return [self.running]
+            return [self.busy.get(i) for i in range(self.n_slots)]
 
     def snapshot(self) -> dict[str, Any]:
         with self.cond:
-            return {"status": self.status, "slots": self.n_slots, "slots_busy": int(self.running is not None),
+            cached = 0
+            if self.slots is not None:
+                cached = sum(len(s.tokens) for s in self.slots.slots)
+            elif self.llm is not None:
+                cached = len(self.llm.tokens)
+            return {"status": self.status, "slots": self.n_slots, "slots_busy": self._n_busy(),
                     "queue": len(self.queue), "queue_max": self.cfg.queue,
-                    "n_ctx": self.llm.n_ctx if self.llm is not None else 0,
-                    "kv_cache_tokens": len(self.llm.tokens) if self.llm is not None else 0}
+                    "n_ctx": self.llm.n_ctx if self.llm is not None else 0, "kv_cache_tokens": cached}
 
     # ---- the engine thread ----
     def _finish_locked(self, job: Job, event: dict[str, Any]) -> None:
@@ -173,7 +194,16 @@ class Scheduler:
             self.stop()
             return
         self.heartbeat = time.monotonic()
+        if self.n_slots > 1:
+            from edgellama.slots import Slots
+
+            with self.cond:
+                self.slots = Slots(self.llm)
         self.on_ready()
+        if self.slots is not None:
+            self._serve_slots()
+            self.llm.close()
+            return
         from edgellama.llm import ContextFull
 
         while True:
@@ -202,6 +232,111 @@ class Scheduler:
                         self._finish_locked(job, P.error_event(job.req.id, P.INTERNAL, "request ended without a result"))
                 self.heartbeat = time.monotonic()
         self.llm.close()
+
+    # ---- --parallel N: slots stepped together ----
+    def _serve_slots(self) -> None:
+        """Each step: admit queued requests into idle slots, end cancelled ones, then one forward pass
+        over every active slot (decode tokens first, prompt chunks within the batch) and a sampling
+        step for each slot whose logits came back."""
+        from edgellama.service.slot_request import SlotRequest
+
+        active: dict[int, SlotRequest] = {}
+        while True:
+            with self.cond:
+                while not self.queue and not self.busy and not self.stopping:
+                    self.cond.wait(timeout=0.25)
+                    self.heartbeat = time.monotonic()
+                if not self.queue and not self.busy:
+                    break
+                admitted = []
+                while self.queue and len(self.busy) + len(admitted) < self.n_slots:
+                    admitted.append(self.queue.popleft())
+            for job in admitted:
+                r = self._admit(job)
+                if r is not None:
+                    active[r.slot.index] = r
+            for i, r in list(active.items()):
+                if r.job.cancelled:
+                    self._end(active, i, "cancelled")
+            if not active:
+                continue
+            failed: dict[int, Exception] = {}
+            try:
+                ready = self.slots.step(failed)
+            except Exception as exc:  # noqa: BLE001 - an engine failure ends these requests, not the service
+                log.error("step failed: %s", exc, extra={"fields": {"trace": traceback.format_exc()}})
+                for i in list(active):
+                    self._end(active, i, error=P.error_event(active[i].job.req.id, P.INTERNAL, f"engine failure: {exc}"))
+                continue
+            for i, exc in failed.items():  # a slot whose context cannot make room (--no-context-shift, --keep)
+                self._end(active, i, error=P.error_event(active[i].job.req.id, P.CONTEXT, str(exc)))
+            for i, logits in ready.items():
+                tok, reason = active[i].on_logits(logits)
+                if reason is not None:
+                    self._end(active, i, reason)
+                else:
+                    assert tok is not None
+                    self.slots.feed(active[i].slot, tok)
+            self.heartbeat = time.monotonic()
+
+    def _admit(self, job: Job) -> Any:
+        """A queued job into an idle slot (the one whose cache shares most of its prompt); None when it
+        ended at once (cancelled, a bad request, a prompt too long for a slot's context)."""
+        from edgellama.service.slot_request import SlotRequest
+
+        self._stalled_by_test()
+        llm, req, slots = self.llm, job.req, self.slots
+        t_start = time.monotonic()
+        job.stats["queue_ms"] = round((t_start - job.t_arrival) * 1000.0, 2)
+        self.metrics.queue_wait(t_start - job.t_arrival)
+        if job.cancelled:
+            self._finish(job, self._cancel_event(job))
+            return None
+        try:
+            ids = self._tokens(job)
+        except P.ProtocolError as exc:
+            self._finish(job, P.error_event(req.id, exc.code, str(exc)))
+            return None
+        job.stats["n_prompt"] = len(ids)
+        if len(ids) >= llm.n_ctx:
+            self._finish(job, P.error_event(req.id, P.CONTEXT, f"the prompt has {len(ids)} tokens; the context "
+                                            f"holds {llm.n_ctx} (-c), with room for at least one more"))
+            return None
+        slot = slots.best_slot(ids)
+        assert slot is not None  # admitted only while a slot is idle
+        try:
+            if not req.cache_prompt:
+                llm.engine.seq_clear(slot.index)
+                slot.tokens = []
+            sys_n = len(self.system_tokens)
+            if (self.system_state and _common_prefix(slot.tokens, ids) < sys_n and ids[:sys_n] == self.system_tokens):
+                slots.load(slot, self.system_tokens, self.system_state)  # the system prompt's KV, not evaluated again
+            n_cached = slots.start(slot, ids)
+        except Exception as exc:  # noqa: BLE001 - this request fails, the others go on
+            log.error("request failed: %s", exc, extra={"fields": {"id": req.id, "trace": traceback.format_exc()}})
+            llm.engine.seq_clear(slot.index)
+            slot.tokens = []
+            self._finish(job, P.error_event(req.id, P.INTERNAL, f"engine failure: {exc}"))
+            return None
+        job.slot = slot.index
+        with self.cond:
+            self.busy[slot.index] = job
+        return SlotRequest(job, slot, ids, n_cached, llm, self.cfg.max_tokens, t_start, self.cfg.log_prompts)
+
+    def _end(self, active: dict[int, Any], i: int, reason: str = "", error: dict[str, Any] | None = None) -> None:
+        """Ends slot i's request with its done event (or error) and frees the slot; after an error the
+        slot's cache is cleared (it may hold a half-evaluated prompt)."""
+        r = active.pop(i)
+        if error is None:
+            event = r.done_event(reason, self.metrics)
+        else:
+            event = error
+            self.llm.engine.seq_clear(i)
+            r.slot.tokens = []
+        self.slots.release(r.slot)
+        with self.cond:
+            self.busy.pop(i, None)
+            self._finish_locked(r.job, event)
 
     def _system_prefix(self, system: str) -> list[int]:
         """The tokens every chat turn with this system prompt starts with (the template up to the user text)."""

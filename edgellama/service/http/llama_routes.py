@@ -58,13 +58,12 @@ def default_params(conn: HttpConnection, req: P.Completion | None = None) -> dic
 
 def slots(conn: HttpConnection) -> list[dict[str, Any]]:
     snap = conn.server.scheduler.snapshot()
-    running = getattr(conn.server.scheduler, "running", None)  # the job in the one slot, if any
+    jobs = conn.server.scheduler.slot_jobs()  # each slot's job, None while idle
     out = []
     for i in range(snap["slots"]):
-        busy = i < snap["slots_busy"]
-        req = running.req if busy and running is not None and hasattr(running, "req") else None
-        out.append({"id": i, "n_ctx": snap["n_ctx"], "speculative": False, "is_processing": busy,
-                    "params": default_params(conn, req)})
+        job = jobs[i] if i < len(jobs) else None
+        out.append({"id": i, "n_ctx": snap["n_ctx"], "speculative": False, "is_processing": job is not None,
+                    "params": default_params(conn, job.req if job is not None else None)})
     return out
 
 
