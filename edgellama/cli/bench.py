@@ -1,5 +1,7 @@
 """`edgellama bench`: llama-bench's two tests. pp N: one batch of N prompt tokens; tg N: N tokens
-generated one at a time. Repeated, reported as mean +/- stdev tok/s in markdown or JSON."""
+generated one at a time. Repeated, reported as mean +/- stdev tok/s in markdown or JSON.
+With --parallel 1,2,4: llama-batched-bench's test instead (N sequences decoded together), aggregate and
+per-stream tok/s, and generation against one slot measured in the same run."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import json
 import sys
 from typing import Any
 
-from edgellama.bench import bench
+from edgellama.bench import bench, bench_parallel
 from edgellama.cli.common import MAX_CTX, add_model_args, check_model_args, check_range, int_list, model_path
 
 MAX_REPETITIONS = 1000
@@ -22,6 +24,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-n", "--n-gen", type=int_list, default=[64], help="generation lengths")
     p.add_argument("-r", "--repetitions", type=int, default=5)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--parallel", type=int_list, default=None, metavar="N,N",
+                   help="sequences decoded together, e.g. 1,2,4 (llama-batched-bench); one slot is always measured")
     p.set_defaults(handler=run)
 
 
@@ -34,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
     from edgellama.llm import default_threads
 
     threads = [t or default_threads() for t in args.threads]
+    if args.parallel is not None:
+        return _run_parallel(args, threads)
     rows = bench(model_path(args), threads, args.n_prompt, args.n_gen, args.repetitions, args.ctx_size or 0,
                  args.cache_type, args.numerics, progress=not args.json)
     if args.json:
@@ -45,4 +51,22 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"| {r['model']} | {r['size_bytes'] / 2**20:.1f} MiB | {r['arch']} | {r['isa']} | {r['numerics']} | {r['threads']} | "
               f"{r['test']} | {r['tok_s_mean']:.2f} ± {r['tok_s_stdev']:.2f} |")
+    return 0
+
+
+def _run_parallel(args: argparse.Namespace, threads: list[int]) -> int:
+    for n in args.parallel:
+        check_range("--parallel", n, 1, 256)
+    rows = bench_parallel(model_path(args), threads, args.parallel, args.n_prompt, args.n_gen, args.repetitions,
+                          args.ctx_size or 0, args.cache_type, args.batch_size, progress=not args.json)
+    if args.json:
+        json.dump(rows, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    print("| model | isa | threads | PP | TG | B | S_PP t/s | S_TG t/s | per stream t/s | S_TG vs 1 slot |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        print(f"| {r['model']} | {r['isa']} | {r['threads']} | {r['n_prompt']} | {r['n_gen']} | {r['parallel']} | "
+              f"{r['pp_tok_s']:.2f} | {r['tg_tok_s']:.2f} ± {r['tg_tok_s_stdev']:.2f} | {r['tg_tok_s_per_stream']:.2f} | "
+              f"{r['tg_vs_1_slot']:.2f}x |")
     return 0

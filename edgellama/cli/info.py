@@ -64,6 +64,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument("--mem-budget", metavar="SIZE", help="e.g. 300M, 1.5G")
     g.add_argument("--numerics", choices=("native", "llamacpp"), default="native",
                    help="llamacpp: the scratch of llama.cpp's float order too")
+    g.add_argument("--parallel", type=int, default=1,
+                   help="slots of `serve --parallel N`: N KV caches of the context each")
     p.set_defaults(func=run, handler=run)  # edgellama.cli dispatches on args.handler
     return p
 
@@ -318,15 +320,17 @@ def memory_plan(f: GGUFFile, args: argparse.Namespace) -> Any:
     try:
         budget = parse_size(args.mem_budget) if args.mem_budget else None
         check_model_args(args)
+        if not 1 <= args.parallel <= 256:
+            raise ValueError(f"--parallel {args.parallel} is out of range (1..256)")
         hp, desc = build_desc(f)
         threads = args.threads or default_threads()
         train = hp.n_ctx_train or DEFAULT_CTX
         try:
             return choose_plan(desc, args.ctx_size or None, train if budget else min(train, DEFAULT_CTX),
-                               args.batch_size, args.cache_type, threads, budget, args.numerics)
+                               args.batch_size, args.cache_type, threads, budget, args.numerics, args.parallel)
         except BudgetError:
             return make_plan(desc, args.ctx_size or 64, args.batch_size, args.cache_type, threads, budget,
-                             args.numerics)
+                             args.numerics, args.parallel)
     except (ModelError, ValueError, KernelError) as exc:
         raise _Fail(str(exc), EXIT_BAD_MODEL) from None
 
@@ -363,9 +367,11 @@ def run(args: argparse.Namespace) -> int:
                     json.dump({"plan": plan.as_dict()}, out, indent=1)
                     out.write("\n")
                 else:
-                    out.write(f"\nmemory plan (context {plan.n_ctx}):\n{plan.table()}\n")
+                    slots = f", {plan.n_seq} slots" if plan.n_seq > 1 else ""
+                    out.write(f"\nmemory plan (context {plan.n_ctx}{slots}):\n{plan.table()}\n")
                 if not plan.fits:
-                    raise _Fail("the model does not fit the memory budget with this context", EXIT_BAD_MODEL)
+                    raise _Fail("the model does not fit the memory budget with this context"
+                                + (f" and {plan.n_seq} slots" if plan.n_seq > 1 else ""), EXIT_BAD_MODEL)
         out.flush()
     except _Fail as exc:
         print(f"edgellama: error: {exc}", file=sys.stderr)

@@ -132,11 +132,14 @@ class Scheduler:
             return not self._n_busy() and not self.queue
 
     def _busy_jobs(self) -> list[Job]:
-        """The jobs in slots (call with cond held)."""
-        return list(self.busy.values()) + ([self.running] if self.running is not None else [])
+        """The unfinished jobs in slots (call with cond held). A job that has sent its last event no
+        longer counts, though the engine thread may not have moved on yet: a client that got its
+        answer and sends the next request at once must not find the slot still taken."""
+        jobs = list(self.busy.values()) + ([self.running] if self.running is not None else [])
+        return [j for j in jobs if not j.finished]
 
     def _n_busy(self) -> int:
-        return len(self.busy) + (self.running is not None)
+        return len(self._busy_jobs())
 
     def slot_jobs(self) -> list[Job | None]:
         """Each slot's job, or None while it is idle."""
