@@ -97,7 +97,7 @@ def bench_parallel(path: Any, threads: list[int], parallel: list[int], n_prompt:
     from edgellama.slots import Slots
 
     rows = []
-    counts = sorted(set([1, *parallel]))
+    counts = sorted({1, *parallel})
     for t in threads:
         for pp in n_prompt:
             for tg in n_gen:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from edgellama.llm import LLM
+from edgellama.native.lib import KernelError
 from edgellama.slots import Slots
 
 N_CTX = 64  # small: the longest sequence below shifts its context
@@ -75,6 +76,28 @@ def test_each_sequence_stepped_together_gives_its_solo_tokens_and_logits(model: 
             assert got[q] == want[q][0], f"sequence {q}: tokens differ from its run alone"
             for a, b in zip(seen[q], want[q][1]):
                 assert np.array_equal(a, b), f"sequence {q}: logits differ from its run alone"
+
+
+def test_the_plan_counts_every_slot_and_a_budget_too_small_for_them_is_refused(smollm2_path: Path) -> None:
+    from edgellama.memplan import BudgetError, make_plan
+
+    with LLM(smollm2_path, n_ctx=128, n_batch=32, n_threads=1, n_seq=4) as llm:
+        one = make_plan(llm.desc, 128, 32, "f16", 1)
+        four = make_plan(llm.desc, 128, 32, "f16", 1, n_seq=4)
+        assert four.kv_cache == 4 * one.kv_cache == llm.engine.kv_bytes and four.scratch == one.scratch
+        assert four.n_seq == 4 and "x 4 slots" in four.table()
+        budget = four.total - 1  # one slot fits, four do not
+        with pytest.raises(BudgetError, match="for each of 4 slots"):
+            LLM(smollm2_path, n_ctx=128, n_batch=32, n_threads=1, n_seq=4, mem_budget=budget)
+        # the engine refuses what a batch cannot mean, naming it
+        with pytest.raises(ValueError, match="sequence id"):
+            llm.engine.decode([4], [1], [0], [True])
+        with pytest.raises(KernelError, match="continue each sequence"):
+            llm.engine.decode([0, 1], [1, 1], [0, 5], [True, True])
+        llm.engine.set_numerics("llamacpp")
+        with pytest.raises(ValueError, match="one sequence per batch"):
+            llm.engine.decode([0, 1], [1, 1], [0, 0], [True, True])
+        assert llm.engine.decode([2], [1], [0], [True]).shape == (1, llm.n_vocab)
 
 
 # ---- the service: `edgellama serve --parallel 3` over the real UNIX socket ----

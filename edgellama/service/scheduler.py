@@ -251,7 +251,7 @@ class Scheduler:
                     self.heartbeat = time.monotonic()
                 if not self.queue and not self.busy:
                     break
-                admitted = []
+                admitted: list[Job] = []
                 while self.queue and len(self.busy) + len(admitted) < self.n_slots:
                     admitted.append(self.queue.popleft())
             for job in admitted:
@@ -271,8 +271,8 @@ class Scheduler:
                 for i in list(active):
                     self._end(active, i, error=P.error_event(active[i].job.req.id, P.INTERNAL, f"engine failure: {exc}"))
                 continue
-            for i, exc in failed.items():  # a slot whose context cannot make room (--no-context-shift, --keep)
-                self._end(active, i, error=P.error_event(active[i].job.req.id, P.CONTEXT, str(exc)))
+            for i, why in failed.items():  # a slot whose context cannot make room (--no-context-shift, --keep)
+                self._end(active, i, error=P.error_event(active[i].job.req.id, P.CONTEXT, str(why)))
             for i, logits in ready.items():
                 tok, reason = active[i].on_logits(logits)
                 if reason is not None:
