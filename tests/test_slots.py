@@ -3,6 +3,7 @@ the service's --parallel slots over the real UNIX socket."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from pathlib import Path
@@ -15,21 +16,25 @@ from edgellama.llm import LLM
 from edgellama.native.lib import KernelError
 from edgellama.slots import Slots
 
-N_CTX = 64  # small: the longest sequence below shifts its context
+N_CTX = 40  # small: the longest sequence below shifts its context
 N_BATCH = 16  # small: prompts take several passes, next to other slots' decode tokens
 PROMPTS = ["The capital of France is", "def fibonacci(n):\n    ", "Once upon a time, in a quiet village by the sea,",
            "1, 2, 3, 4,"]
-N_GEN = [10, 64, 6, 12]  # sequence 1 outgrows the context of 64 and shifts
+N_GEN = [8, 36, 5, 8]  # sequence 1 outgrows the context of 40 and shifts
 JOIN = [0, 0, 3, 9]  # the step at which each sequence starts; 3 takes the slot 2 leaves
 
 
-def _solo(llm: LLM, prompt: list[int], n_gen: int) -> tuple[list[int], list[np.ndarray]]:
-    """Greedy tokens and the logits they were picked from, the sequence alone."""
+def _digest(logits: np.ndarray) -> str:
+    return hashlib.sha256(logits.tobytes()).hexdigest()  # bit for bit, without keeping 1 MB rows
+
+
+def _solo(llm: LLM, prompt: list[int], n_gen: int) -> tuple[list[int], list[str]]:
+    """Greedy tokens and the digests of the logits they were picked from, the sequence alone."""
     llm.reset()
     logits = llm.prefill(prompt)
     toks, seen = [], []
     for _ in range(n_gen):
-        seen.append(logits.copy())
+        seen.append(_digest(logits))
         toks.append(int(np.argmax(logits)))
         logits = llm.eval([toks[-1]])
     return toks, seen
@@ -45,7 +50,7 @@ def test_each_sequence_stepped_together_gives_its_solo_tokens_and_logits(model: 
     with LLM(path, n_ctx=N_CTX, n_batch=N_BATCH, n_threads=2, n_keep=4, n_seq=3) as llm:
         slots = Slots(llm)
         got: list[list[int]] = [[] for _ in PROMPTS]
-        seen: list[list[np.ndarray]] = [[] for _ in PROMPTS]
+        seen: list[list[str]] = [[] for _ in PROMPTS]
         where: dict[int, int] = {}  # sequence -> slot
         max_together = 0
         for step in range(400):
@@ -64,7 +69,7 @@ def test_each_sequence_stepped_together_gives_its_solo_tokens_and_logits(model: 
             for q, i in list(where.items()):
                 if i not in ready:
                     continue
-                seen[q].append(ready[i].copy())
+                seen[q].append(_digest(ready[i]))
                 got[q].append(int(np.argmax(ready[i])))
                 if len(got[q]) == N_GEN[q]:
                     slots.release(slots.slots[i])
@@ -74,8 +79,7 @@ def test_each_sequence_stepped_together_gives_its_solo_tokens_and_logits(model: 
         assert max_together == 3 and sum(s.n_shifts for s in slots.slots) > 0  # together, and one shifted
         for q in range(len(PROMPTS)):
             assert got[q] == want[q][0], f"sequence {q}: tokens differ from its run alone"
-            for a, b in zip(seen[q], want[q][1]):
-                assert np.array_equal(a, b), f"sequence {q}: logits differ from its run alone"
+            assert seen[q] == want[q][1], f"sequence {q}: logits differ from its run alone"
 
 
 def test_the_plan_counts_every_slot_and_a_budget_too_small_for_them_is_refused(smollm2_path: Path) -> None:
