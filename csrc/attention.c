@@ -169,6 +169,19 @@ static size_t item_base(const attn_ctx *x, size_t pair) {
     return b;
 }
 
+/* one (query, KV head) pair w whole, its chunks in turn, then their merge (non-split mode) */
+static void pair_run(const attn_ctx *x, float *wk, float *mine, size_t w) {
+    const el_attn_args *a = x->a;
+    int32_t *idx = (int32_t *)(wk + EL_ATTN_CHUNK * x->group + x->group * x->hd + x->hd);
+    const size_t iq = w / a->n_head_kv, hk = w % a->n_head_kv;
+    const size_t nv = visible_slots(a, iq, idx), nc = n_chunks(nv);
+    for (size_t c = 0; c < nc; c++) {
+        const size_t c0 = c * EL_ATTN_CHUNK, n = nv - c0 < EL_ATTN_CHUNK ? nv - c0 : EL_ATTN_CHUNK;
+        chunk_partial(x, wk, iq, hk, idx + c0, n, mine + c * x->pf);
+    }
+    merge(x, mine, nc, iq, hk);
+}
+
 static void attn_run(void *p, int ith, int nth) {
     const attn_ctx *x = p;
     const el_attn_args *a = x->a;
@@ -185,17 +198,8 @@ static void attn_run(void *p, int ith, int nth) {
         return;
     }
     float *mine = x->parts + (size_t)ith * (n_chunks(a->n_kv) ? n_chunks(a->n_kv) : 1) * x->pf;
-    int32_t *idx = (int32_t *)(wk + EL_ATTN_CHUNK * x->group + x->group * x->hd + x->hd);
     el_split(a->n_q * a->n_head_kv, ith, nth, &w0, &w1);
-    for (size_t w = w0; w < w1; w++) {
-        const size_t iq = w / a->n_head_kv, hk = w % a->n_head_kv;
-        const size_t nv = visible_slots(a, iq, idx), nc = n_chunks(nv);
-        for (size_t c = 0; c < nc; c++) {
-            const size_t c0 = c * EL_ATTN_CHUNK, n = nv - c0 < EL_ATTN_CHUNK ? nv - c0 : EL_ATTN_CHUNK;
-            chunk_partial(x, wk, iq, hk, idx + c0, n, mine + c * x->pf);
-        }
-        merge(x, mine, nc, iq, hk);
-    }
+    for (size_t w = w0; w < w1; w++) pair_run(x, wk, mine, w);
 }
 
 void el_attention_run(el_pool *pool, const el_attn_args *a) {
@@ -225,6 +229,55 @@ void el_attention_run(el_pool *pool, const el_attn_args *a) {
             const size_t iq = pair / a->n_head_kv;
             merge(&x, x.parts + item_base(&x, pair) * pf, n_chunks(x.n_vis[iq]), iq, pair % a->n_head_kv);
         }
+}
+
+/* Several sequences' attention (same layer: same heads and cache type), one pool run for all their
+ * (query, KV head) pairs when they are enough to busy the threads, each pair as el_attention_run's
+ * non-split mode computes it: the same bits as one el_attention_run per sequence, with one wake-up
+ * of the pool instead of n. The scratch is the one of a cache of the largest n_kv among them. */
+typedef struct {
+    const el_attn_args *a;
+    size_t n, total, n_kv_max, ncmax;
+    float *parts, *workers;
+} seqs_ctx;
+
+static void seqs_run(void *p, int ith, int nth) {
+    const seqs_ctx *m = p;
+    const el_attn_args *a0 = m->a;
+    const size_t group = a0->n_head / a0->n_head_kv, hd = a0->head_dim, row = el_kv_row_bytes(a0->kv_type, hd);
+    float *wk = m->workers + (size_t)ith * worker_floats(m->n_kv_max, group, hd);
+    float *mine = m->parts + (size_t)ith * m->ncmax * part_floats(group, hd);
+    size_t w0, w1;
+    el_split(m->total, ith, nth, &w0, &w1);
+    size_t ai = 0, base = 0; /* the sequence of item w0, and its first item */
+    for (size_t w = w0; w < w1; w++) {
+        while (w - base >= m->a[ai].n_q * m->a[ai].n_head_kv) base += m->a[ai].n_q * m->a[ai].n_head_kv, ai++;
+        const attn_ctx x = {&m->a[ai], group, hd, row, row * a0->n_head_kv, part_floats(group, hd), mine, wk, 0,
+                            NULL, NULL, 0};
+        pair_run(&x, wk, mine, w - base);
+    }
+}
+
+void el_attention_run_seqs(el_pool *pool, const el_attn_args *a, size_t n) {
+    const int nth = pool ? el_pool_threads(pool) : 1;
+    size_t total = 0, n_kv_max = 0;
+    for (size_t i = 0; i < n; i++) {
+        total += a[i].n_q * a[i].n_head_kv;
+        n_kv_max = a[i].n_kv > n_kv_max ? a[i].n_kv : n_kv_max;
+    }
+    if (n == 1 || !pool || total < 2 * (size_t)nth) { /* few pairs: each sequence spreads its chunks */
+        for (size_t i = 0; i < n; i++) el_attention_run(pool, &a[i]);
+        return;
+    }
+    /* the scratch as el_attention_run lays it out for a cache of n_kv_max */
+    const size_t group = a[0].n_head / a[0].n_head_kv, pf = part_floats(group, a[0].head_dim);
+    const size_t ncmax = n_chunks(n_kv_max) ? n_chunks(n_kv_max) : 1;
+    float *sp = a[0].scratch + 2 * (size_t)nth * 2;
+    seqs_ctx m = {a, n, total, n_kv_max, ncmax, sp, NULL};
+    sp += 2 * (size_t)nth * ncmax * pf;
+    sp += 2 * (size_t)nth * n_kv_max;
+    m.workers = sp;
+    el_pool_run(pool, seqs_run, &m);
 }
 
 int el_attention(const float *q, size_t n_q, const int32_t *q_pos, size_t n_head, size_t n_head_kv,

@@ -25,5 +25,8 @@ typedef struct {
 size_t el_attention_scratch_floats(size_t n_kv, size_t n_head, size_t n_head_kv, size_t head_dim, int n_threads);
 size_t el_kv_row_bytes(int kv_type, size_t head_dim); /* bytes of one head's key or value row */
 void el_attention_run(el_pool *pool, const el_attn_args *a);
+/* n sequences' attention of one layer (each its own cache and scratch-sharing args): the bits of
+ * el_attention_run on each, in one pool run when they have enough (query, KV head) pairs */
+void el_attention_run_seqs(el_pool *pool, const el_attn_args *a, size_t n);
 
 #endif

@@ -149,15 +149,22 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
             el_rope_apply(m->k + i * KVD, NKV, HD, (size_t)d->n_rot, cs, d->rope_neox, fused);
         }
         /* per sequence: its new keys into its cache, its queries over its cache only */
+        el_attn_args args[EL_MAX_SEQ];
+        const kv_layer *caches[EL_MAX_SEQ];
+        size_t na = 0;
         for (size_t r0 = 0, r1; r0 < n; r0 = r1) {
             const int32_t seq = m->row_seq[r0];
             for (r1 = r0 + 1; r1 < n && m->row_seq[r1] == seq; r1++) {}
             kv_layer *c = &el_seq_kv(m, seq)[il];
             el_kv_store(m, c, m->k + r0 * KVD, m->v + r0 * KVD, r1 - r0, m->q_pos[r0]);
-            el_attn_args a = {m->q + r0 * QD, r1 - r0, m->q_pos + r0, NH, NKV, HD, m->kv_type, c->k, c->v, c->pos,
-                              (size_t)c->n_used, L->window, d->attn_scale, m->att + r0 * QD, m->attn_scratch};
-            m->ops->attention(m, c, &a);
+            args[na] = (el_attn_args){m->q + r0 * QD, r1 - r0, m->q_pos + r0, NH, NKV, HD, m->kv_type, c->k, c->v,
+                                      c->pos, (size_t)c->n_used, L->window, d->attn_scale, m->att + r0 * QD,
+                                      m->attn_scratch};
+            caches[na++] = c;
         }
+        if (m->ops->attention_seqs) m->ops->attention_seqs(m, args, na);
+        else
+            for (size_t i = 0; i < na; i++) m->ops->attention(m, caches[i], &args[i]);
         const el_tensor *wo = &L->wo;
         const mm_input att = quantize_input(m, m->att, n, &wo, 1);
         mm(m, wo, &att, m->o);

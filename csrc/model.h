@@ -48,6 +48,8 @@ typedef struct el_numerics_ops {
                    size_t n_vec, float *y, size_t ldy);
     void (*swiglu)(float *g, const float *u, size_t n); /* g = silu(g) * u */
     void (*attention)(el_model *m, const kv_layer *c, const el_attn_args *a);
+    /* several sequences' attention of one layer at once (NULL: attention on each in turn) */
+    void (*attention_seqs)(el_model *m, const el_attn_args *a, size_t n);
     int rope_fused; /* el_rope_apply's fused form (llama.cpp's rounding of the rotation) */
 } el_numerics_ops;
 

@@ -19,6 +19,10 @@ static void native_attention(el_model *m, const kv_layer *c, const el_attn_args 
     el_attention_run(m->pool, a);
 }
 
+static void native_attention_seqs(el_model *m, const el_attn_args *a, size_t n) {
+    el_attention_run_seqs(m->pool, a, n);
+}
+
 /* llama.cpp's attention over its cells (cell = position in a fresh sequence); Gemma 3 scales q
  * before the fp16 KQ product, the llama family scales the scores */
 static void llx_attention(el_model *m, const kv_layer *c, const el_attn_args *a) {
@@ -29,8 +33,9 @@ static void llx_attention(el_model *m, const kv_layer *c, const el_attn_args *a)
                      m->llx_scratch);
 }
 
-static const el_numerics_ops g_native = {el_quantize_act, el_matmul_act, native_swiglu, native_attention, 0};
-static const el_numerics_ops g_llamacpp = {el_llx_quantize, el_llx_matmul_act, el_llx_swiglu, llx_attention, 1};
+static const el_numerics_ops g_native = {el_quantize_act, el_matmul_act, native_swiglu, native_attention,
+                                         native_attention_seqs, 0};
+static const el_numerics_ops g_llamacpp = {el_llx_quantize, el_llx_matmul_act, el_llx_swiglu, llx_attention, NULL, 1};
 
 const el_numerics_ops *el_numerics_ops_of(int numerics) {
     switch (numerics) {
