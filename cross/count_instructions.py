@@ -44,6 +44,7 @@ CPU = "cortex-a76"  # has dotprod, so all three paths run on one CPU model (same
 # per CPU model: edgellama's best path there and the llama.cpp build a board with that core would run
 BEST_ISA = {"cortex-a72": "neon", "cortex-a76": "neon-dotprod"}
 PEER_VARIANT = {"cortex-a72": "armv8-a", "cortex-a76": "armv8.2-a+dotprod"}
+BANDWIDTH = 4e9  # bytes/s a Pi 4 streams from memory: the bound on decode, whatever the instruction count
 PROMPT_TEXT = "ppl-text.txt"  # of the reference folder: the fixed text --prompt-tokens cuts a prompt from
 
 
@@ -92,10 +93,27 @@ def text_prompt_ids(name: str, n: int) -> list[int]:
 
     with GGUFFile(model_path(name)) as f:
         tok = tokenizer_from_metadata(dict(f.metadata))
-    ids = tok.encode((REFERENCE / PROMPT_TEXT).read_text())
+    ids = tok.encode((REFERENCE / PROMPT_TEXT).read_text(encoding="utf-8"))
     if len(ids) < n:
         raise SystemExit(f"{PROMPT_TEXT} is only {len(ids)} tokens for {name}, {n} asked")
     return ids[:n]
+
+
+def weight_bytes_per_token(name: str) -> int:
+    """Bytes of weights a decode step reads: every tensor once, except the token embedding, of which
+    one row is read, unless it doubles as the output matrix (no output.weight: tied), read whole."""
+    sys.path.insert(0, str(ROOT))
+    from edgellama.gguf.reader import GGUFFile
+
+    with GGUFFile(model_path(name)) as f:
+        tied = not any(t.name == "output.weight" for t in f.tensors)
+        total = 0
+        for t in f.tensors:
+            if t.name == "token_embd.weight" and not tied:
+                total += t.n_bytes // t.shape[-1]
+            else:
+                total += t.n_bytes
+    return total
 
 
 def ctx_for(n_prompt: int, n_gen: int) -> int:
@@ -224,6 +242,7 @@ def peer_main(args: argparse.Namespace, plugin: Path) -> int:
     for name in args.models.split(","):
         ids = text_prompt_ids(name, args.prompt_tokens) if args.prompt_tokens else prompt_ids(name)
         model_sha = sha256_file(model_path(name))
+        weight_bytes = weight_bytes_per_token(name)
         for cpu in cpus:
             variant, isa = PEER_VARIANT[cpu], BEST_ISA[cpu]
             key = json.dumps([version, variant, model_sha, hashlib.sha256(str(ids).encode()).hexdigest(),
@@ -245,6 +264,8 @@ def peer_main(args: argparse.Namespace, plugin: Path) -> int:
                 "decode_ratio": round(ours.per_token_insns / peer.per_token_insns, 3),
                 "prefill_ratio": round(ours.prompt_insns / peer.prompt_insns, 3),
                 "same_tokens": ours.tokens == peer.tokens, "llamacpp_flash_attn": fa,
+                "model_sha256": model_sha, "weight_bytes_per_token": weight_bytes,
+                "bandwidth_bound_tok_s": round(BANDWIDTH / weight_bytes, 1),
                 "llamacpp_reused": reused, "edgellama": asdict(ours), "llamacpp": asdict(peer),
             }
             runs.append(run)
@@ -269,7 +290,7 @@ def peer_main(args: argparse.Namespace, plugin: Path) -> int:
             "edgellama_commit": git_commit(), "llama_cpp_python": version, "llama_cpp_commit": commit,
             "llamacpp_variants": {c: PEER_VARIANT[c] for c in cpus},
             "edgellama_isas": {c: BEST_ISA[c] for c in cpus}, "threads": 1,
-            "flash_attn": args.flash_attn, "n_gen": args.n_gen,
+            "flash_attn": args.flash_attn, "n_gen": args.n_gen, "bandwidth_bytes_s": BANDWIDTH,
             "prompt": f"first {args.prompt_tokens} tokens of {PROMPT_TEXT}" if args.prompt_tokens
             else "the reference's first prompt (tokens.json)",
             "per_token": "decode: instructions from the end of step 1 to the end of step N, over N - 1; "
