@@ -232,26 +232,26 @@ def peer_main(args: argparse.Namespace, plugin: Path) -> int:
     unknown = [c for c in cpus if c not in PEER_VARIANT]
     if unknown:
         raise SystemExit(f"--peer needs CPU models with a llama.cpp variant: {', '.join(PEER_VARIANT)}")
-    drivers = {c: build_llamacpp.build_driver(PEER_VARIANT[c]) for c in cpus}
     src = build_llamacpp.source_dir()
     version, commit = build_llamacpp.sdist_version(), build_llamacpp.llamacpp_commit(src)
     cache_file: Path = args.peer_counts or default_peer_counts()
     cache: dict[str, Any] = json.loads(cache_file.read_text()) if cache_file.is_file() else {}
     arm_root, staged = stage()
-    runs: list[dict[str, Any]] = []
+    models: dict[str, tuple[list[int], str, int]] = {}  # per model: prompt ids, sha256, weight bytes
     for name in args.models.split(","):
         ids = text_prompt_ids(name, args.prompt_tokens) if args.prompt_tokens else prompt_ids(name)
-        model_sha = sha256_file(model_path(name))
-        weight_bytes = weight_bytes_per_token(name)
-        for cpu in cpus:
-            variant, isa = PEER_VARIANT[cpu], BEST_ISA[cpu]
+        models[name] = ids, sha256_file(model_path(name)), weight_bytes_per_token(name)
+    runs: list[dict[str, Any]] = []
+    for cpu in cpus:  # CPU outer: a variant's driver is built (or found) just before its first use
+        variant, isa = PEER_VARIANT[cpu], BEST_ISA[cpu]
+        driver = build_llamacpp.build_driver(variant)
+        for name, (ids, model_sha, weight_bytes) in models.items():
             key = json.dumps([version, variant, model_sha, hashlib.sha256(str(ids).encode()).hexdigest(),
-                              cpu, args.n_gen, args.flash_attn, drivers[cpu].name])
+                              cpu, args.n_gen, args.flash_attn, driver.name])
             if key in cache:
                 peer, fa, reused = Count(**cache[key]["count"]), cache[key]["flash_attn_resolved"], True
             else:
-                peer, fa = count_llamacpp(plugin, drivers[cpu], name, variant, cpu, ids, args.n_gen,
-                                          args.flash_attn)
+                peer, fa = count_llamacpp(plugin, driver, name, variant, cpu, ids, args.n_gen, args.flash_attn)
                 cache[key] = {"count": asdict(peer), "flash_attn_resolved": fa}
                 cache_file.parent.mkdir(parents=True, exist_ok=True)
                 part = cache_file.with_suffix(".part")
