@@ -117,12 +117,15 @@ def build_library(variant: str, src: Path, jobs: int) -> Path:
     return out
 
 
+def driver_digest() -> str:
+    return hashlib.sha256(DRIVER_SRC.read_bytes()).hexdigest()[:16]
+
+
 def build_driver(variant: str, jobs: int = 2) -> Path:
     """The static aarch64 driver binary of VARIANT (library built first if needed)."""
     src = source_dir()
     lib = build_library(variant, src, jobs)
-    digest = hashlib.sha256(DRIVER_SRC.read_bytes()).hexdigest()[:16]
-    exe = lib / f"llamacpp-driver-{digest}"
+    exe = lib / f"llamacpp-driver-{driver_digest()}"
     if exe.is_file():
         return exe
     with open(lib / "lock", "w") as lock:

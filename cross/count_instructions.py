@@ -22,6 +22,7 @@ Usage: python3 cross/count_instructions.py [--models smollm2,gemma3] [-n 5] [--j
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
 import hashlib
 import json
@@ -241,24 +242,39 @@ def peer_main(args: argparse.Namespace, plugin: Path) -> int:
     for name in args.models.split(","):
         ids = text_prompt_ids(name, args.prompt_tokens) if args.prompt_tokens else prompt_ids(name)
         models[name] = ids, sha256_file(model_path(name)), weight_bytes_per_token(name)
-    runs: list[dict[str, Any]] = []
-    for cpu in cpus:  # CPU outer: a variant's driver is built (or found) just before its first use
-        variant, isa = PEER_VARIANT[cpu], BEST_ISA[cpu]
-        driver = build_llamacpp.build_driver(variant)
-        for name, (ids, model_sha, weight_bytes) in models.items():
-            key = json.dumps([version, variant, model_sha, hashlib.sha256(str(ids).encode()).hexdigest(),
-                              cpu, args.n_gen, args.flash_attn, driver.name])
-            if key in cache:
-                peer, fa, reused = Count(**cache[key]["count"]), cache[key]["flash_attn_resolved"], True
-            else:
-                peer, fa = count_llamacpp(plugin, driver, name, variant, cpu, ids, args.n_gen, args.flash_attn)
-                cache[key] = {"count": asdict(peer), "flash_attn_resolved": fa}
-                cache_file.parent.mkdir(parents=True, exist_ok=True)
-                part = cache_file.with_suffix(".part")
-                part.write_text(json.dumps(cache, indent=1) + "\n")
-                part.replace(cache_file)
-                reused = False
-            ours = count_one(plugin, arm_root, staged, name, isa, args.n_gen, cpu, ids)
+    # the qemu runs are independent single-thread guests: --jobs of them at once (the counts do not
+    # depend on it); CPU models in order, so the first variant's runs start while the next builds
+    pairs = [(cpu, name) for cpu in cpus for name in models]
+    keys = {(cpu, name): json.dumps([version, PEER_VARIANT[cpu], models[name][1],
+                                     hashlib.sha256(str(models[name][0]).encode()).hexdigest(), cpu,
+                                     args.n_gen, args.flash_attn, build_llamacpp.driver_digest()])
+            for cpu, name in pairs}
+
+    def peer_run(cpu: str, name: str) -> tuple[Count, str]:
+        driver = build_llamacpp.build_driver(PEER_VARIANT[cpu])  # waits for a concurrent build's lock
+        return count_llamacpp(plugin, driver, name, PEER_VARIANT[cpu], cpu, models[name][0], args.n_gen,
+                              args.flash_attn)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        ours_f, peer_f = {}, {}
+        for cpu, name in pairs:
+            if keys[cpu, name] not in cache:
+                peer_f[cpu, name] = pool.submit(peer_run, cpu, name)
+            ours_f[cpu, name] = pool.submit(count_one, plugin, arm_root, staged, name, BEST_ISA[cpu],
+                                            args.n_gen, cpu, models[name][0])
+        for (cpu, name), fut in peer_f.items():  # kept as each arrives: an interrupted run loses none
+            peer, fa = fut.result()
+            cache[keys[cpu, name]] = {"count": asdict(peer), "flash_attn_resolved": fa}
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            part = cache_file.with_suffix(".part")
+            part.write_text(json.dumps(cache, indent=1) + "\n")
+            part.replace(cache_file)
+        runs: list[dict[str, Any]] = []
+        for cpu, name in pairs:
+            ids, model_sha, weight_bytes = models[name]
+            ours = ours_f[cpu, name].result()
+            entry = cache[keys[cpu, name]]
+            peer, fa, reused = Count(**entry["count"]), entry["flash_attn_resolved"], (cpu, name) not in peer_f
             run = {
                 "model": name, "cpu": cpu, "prompt_tokens": len(ids), "n_gen": args.n_gen,
                 "decode_ratio": round(ours.per_token_insns / peer.per_token_insns, 3),
@@ -312,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peer", choices=("llamacpp",), help="count llama.cpp's aarch64 build beside ours")
     ap.add_argument("--peer-counts", type=Path, help="llama.cpp's counts kept between runs (default: "
                     "llamacpp-insn-counts.json in the edgellama cache folder)")
+    ap.add_argument("-j", "--jobs", type=int, default=2, help="qemu runs at once (--peer)")
     ap.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto",
                     help="llama.cpp's flash attention setting (--peer; auto resolves to on for the CPU)")
     args = ap.parse_args(argv)
