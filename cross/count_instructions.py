@@ -225,6 +225,22 @@ def default_peer_counts() -> Path:
     return cache_dir() / "llamacpp-insn-counts.json"
 
 
+def peer_table(runs: list[dict[str, Any]]) -> str:
+    """The markdown table of the README's "Speed on a Pi" section."""
+    names = {"smollm2": "SmolLM2-135M Q4_1", "gemma3": "Gemma 3 270M Q4_K_M"}
+    rows = [("| model | CPU model (edgellama path / llama.cpp build) | decode: M insns per token, edgellama / "
+             "llama.cpp | ratio | prompt: M insns per token | ratio | greedy tokens |"),
+            "|---|---|---:|---:|---:|---:|---|"]
+    for r in runs:
+        e, p, n = r["edgellama"], r["llamacpp"], r["prompt_tokens"]
+        same = "same" if r["same_tokens"] else f"differ: {e['tokens']} / {p['tokens']}"
+        rows.append(f"| {names.get(r['model'], r['model'])} | {r['cpu']} ({e['isa']} / {p['isa'][10:]}) | "
+                    f"{e['per_token_insns'] / 1e6:.1f} / {p['per_token_insns'] / 1e6:.1f} | {r['decode_ratio']:.2f} | "
+                    f"{e['prompt_insns'] / n / 1e6:.1f} / {p['prompt_insns'] / n / 1e6:.1f} | "
+                    f"{r['prefill_ratio']:.2f} | {same} |")
+    return "\n".join(rows)
+
+
 def peer_main(args: argparse.Namespace, plugin: Path) -> int:
     sys.path.insert(0, str(CROSS))
     import build_llamacpp
@@ -290,13 +306,7 @@ def peer_main(args: argparse.Namespace, plugin: Path) -> int:
                   f"{peer.prompt_insns / len(ids) / 1e6:6.1f} M = {run['prefill_ratio']:.2f}; "
                   f"tokens {ours.tokens} / {peer.tokens}{' (llama.cpp count reused)' if reused else ''}",
                   flush=True)
-    print("\n| model | CPU model | decode, M insns / token: edgellama / llama.cpp | ratio | prefill, M insns / "
-          "prompt token | ratio | same greedy tokens |\n|---|---|---:|---:|---:|---:|---|")
-    for r in runs:
-        e, p, n = r["edgellama"], r["llamacpp"], r["prompt_tokens"]
-        print(f"| {r['model']} | {r['cpu']} | {e['per_token_insns'] / 1e6:.1f} / {p['per_token_insns'] / 1e6:.1f} | "
-              f"{r['decode_ratio']:.2f} | {e['prompt_insns'] / n / 1e6:.1f} / {p['prompt_insns'] / n / 1e6:.1f} | "
-              f"{r['prefill_ratio']:.2f} | {'yes' if r['same_tokens'] else 'no'} |")
+    print("\n" + peer_table(runs))
     if args.json:
         meta = {
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
