@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import datetime
+import fcntl
 import hashlib
 import json
 import os
@@ -225,6 +226,18 @@ def default_peer_counts() -> Path:
     return cache_dir() / "llamacpp-insn-counts.json"
 
 
+def save_peer_count(cache_file: Path, key: str, entry: dict[str, Any]) -> None:
+    """Adds one llama.cpp count to the file, merged under a lock with what concurrent runs added."""
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(cache_file.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cache = json.loads(cache_file.read_text()) if cache_file.is_file() else {}
+        cache[key] = entry
+        part = cache_file.with_suffix(".part")
+        part.write_text(json.dumps(cache, indent=1) + "\n")
+        part.replace(cache_file)
+
+
 def peer_table(runs: list[dict[str, Any]]) -> str:
     """The markdown table of the README's "Speed on a Pi" section."""
     names = {"smollm2": "SmolLM2-135M Q4_1", "gemma3": "Gemma 3 270M Q4_K_M"}
@@ -281,10 +294,7 @@ def peer_main(args: argparse.Namespace, plugin: Path) -> int:
         for (cpu, name), fut in peer_f.items():  # kept as each arrives: an interrupted run loses none
             peer, fa = fut.result()
             cache[keys[cpu, name]] = {"count": asdict(peer), "flash_attn_resolved": fa}
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            part = cache_file.with_suffix(".part")
-            part.write_text(json.dumps(cache, indent=1) + "\n")
-            part.replace(cache_file)
+            save_peer_count(cache_file, keys[cpu, name], cache[keys[cpu, name]])
         runs: list[dict[str, Any]] = []
         for cpu, name in pairs:
             ids, model_sha, weight_bytes = models[name]
