@@ -47,6 +47,7 @@ def test_llamacpp_peer_is_built_and_counted_beside_edgellama_on_a76(smollm2_path
     assert run["decode_ratio"] > 0 and run["prefill_ratio"] > 0
     assert run["llamacpp_flash_attn"] in ("enabled", "disabled")
     assert result["meta"]["llama_cpp_python"] and result["meta"]["edgellama_commit"]
-    assert "| smollm2 | cortex-a76 |" in proc.stdout  # the table row with the ratios
+    # the README table's row
+    assert "| SmolLM2-135M Q4_1 | cortex-a76 (neon-dotprod / armv8.2-a+dotprod) |" in proc.stdout
     # llama.cpp's count was kept for the next run (a re-measurement reruns edgellama only)
     assert len(json.loads(peer.read_text())) == 1
