@@ -1,6 +1,8 @@
 """llama.cpp as the instruction-count peer on aarch64: cross/build_llamacpp.py cross-compiles it from
-the pinned llama-cpp-python sdist (cached: about 4 minutes on 2 cores the first time) and
-cross/count_instructions.py --peer llamacpp counts it beside edgellama under qemu. The ratios are
+the pinned llama-cpp-python sdist and cross/count_instructions.py --peer llamacpp counts it beside
+edgellama under qemu (a 12-token prompt, 2 steps, SmolLM2, Cortex-A76). The armv8.2-a+dotprod build
+is cached in ~/.cache/edgellama; building it is most of a first run's cost (7 to 40 minutes on this
+shared 2-core host depending on load), the counting took 9 minutes at a load average of 15. The ratios are
 benchmark figures (bench/insns_vs_llamacpp.json), not asserted here: only that both engines were
 counted, in both phases, and the ratio reported."""
 
