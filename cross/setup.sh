@@ -1,10 +1,13 @@
 #!/bin/sh
-# setup.sh - installs the Debian cross toolchain and qemu user emulation for the aarch64 checks.
+# setup.sh - installs the Debian cross toolchain, cmake and qemu user emulation for the aarch64 checks.
 # Idempotent: does nothing (and needs no root) when every tool is already there.
 set -eu
 
 need=""
 command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need="$need gcc-aarch64-linux-gnu"
+# g++ and cmake: cross/build_llamacpp.py (llama.cpp, the instruction-count peer)
+command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || need="$need g++-aarch64-linux-gnu"
+command -v cmake >/dev/null 2>&1 || need="$need cmake"
 [ -f /usr/aarch64-linux-gnu/lib/libc.so.6 ] || need="$need libc6-dev-arm64-cross"
 command -v qemu-aarch64 >/dev/null 2>&1 || need="$need qemu-user"
 command -v qemu-aarch64-static >/dev/null 2>&1 || need="$need qemu-user-static"

@@ -2,11 +2,13 @@
 llama-cpp-python sdist on PyPI, which vendors llama.cpp's source. Nothing of llama.cpp is copied into
 this repository: pip downloads the sdist, and ggml-quants.c alone (with stubs for the four ggml
 symbols it links against but the _ref quantizers never call) is compiled into a small shared
-library, cached under the edgellama cache folder and loaded with ctypes."""
+library, cached under the edgellama cache folder and loaded with ctypes. cached_sdist() is also the
+source of cross/build_llamacpp.py's aarch64 build of the whole library."""
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import platform
 import shutil
@@ -23,7 +25,6 @@ from edgellama.gguf.ggml_types import TYPE_SIZES
 from edgellama.gguf.ggml_types import GGMLType as T
 
 LLAMA_CPP_PYTHON = "0.3.36"
-GGML = f"llama_cpp_python-{LLAMA_CPP_PYTHON}/vendor/llama.cpp/ggml/"
 
 # the types with a quantize_row_<name>_ref: weights and the activation formats
 REF_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q8_1, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.Q8_K]
@@ -69,33 +70,11 @@ def _download_sdist(dest: Path) -> Path:
     return sdists[0]
 
 
-def _extract_sources(sdist: Path, dest: Path) -> Path:
-    """ggml's headers and ggml-quants.c only, written by name (no path from the archive is trusted)."""
-    wanted = ("include/", "src/ggml-cpu/", "src/")
-    with tarfile.open(sdist) as tar:
-        for m in tar.getmembers():
-            if not (m.isfile() and m.name.startswith(GGML)):
-                continue
-            rel = m.name[len(GGML):]
-            folder, _, name = rel.rpartition("/")
-            keep = f"{folder}/" in wanted and (name.endswith(".h") or rel == "src/ggml-quants.c")
-            if not keep or ".." in rel:
-                continue
-            src = tar.extractfile(m)
-            assert src is not None
-            out = dest / rel
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_bytes(src.read())
-    if not (dest / "src" / "ggml-quants.c").is_file():
-        raise ReferenceUnavailable(f"{sdist.name} holds no {GGML}src/ggml-quants.c")
-    return dest
-
-
-def _compile(ggml: Path, so: Path) -> None:
+def _compile(ggml: Path, tmp: Path, so: Path) -> None:
     cc = os.environ.get("CC", "cc")
     if shutil.which(cc) is None:
         raise ReferenceUnavailable(f"no C compiler ({cc}) to build llama.cpp's reference quantizers")
-    stubs = ggml / "stubs.c"
+    stubs = tmp / "stubs.c"
     stubs.write_text(STUBS)
     # -DNDEBUG as llama.cpp's release builds (nearest_int's range assert would abort on denormal
     # blocks); no contraction into FMA, like csrc/quants*.c, so the comparison holds on aarch64 too
@@ -107,17 +86,42 @@ def _compile(ggml: Path, so: Path) -> None:
         raise RuntimeError(f"building llama.cpp's ggml-quants.c failed: {proc.stderr.strip()[-2000:]}")
 
 
+def cached_sdist(cache: Path) -> Path:
+    """The unpacked sdist (its llama_cpp_python-<version>/ folder) under CACHE, downloaded on first
+    use; a lock file serializes concurrent first uses (the test runner, cross/build_llamacpp.py)."""
+    base = cache / f"llama-cpp-python-{LLAMA_CPP_PYTHON}"
+    src = base / f"llama_cpp_python-{LLAMA_CPP_PYTHON}"
+    done = base / "unpacked"
+    if done.is_file():
+        return src
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if done.is_file():
+            return src
+        with tempfile.TemporaryDirectory(prefix="sdist-", dir=base) as tmp:
+            sdist = _download_sdist(Path(tmp) / "sdist")
+            # the data filter refuses absolute paths, links out of the folder and device files
+            with tarfile.open(sdist) as tar:
+                tar.extractall(Path(tmp) / "x", filter="data")
+            unpacked = Path(tmp) / "x" / src.name
+            if not (unpacked / "vendor" / "llama.cpp" / "ggml" / "src" / "ggml-quants.c").is_file():
+                raise ReferenceUnavailable(f"{sdist.name} holds no vendor/llama.cpp/ggml/src/ggml-quants.c")
+            shutil.rmtree(src, ignore_errors=True)  # a half-moved earlier attempt
+            unpacked.rename(src)
+        done.write_text(f"{sdist.name}\n")
+    return src
+
+
 def build(cache: Path) -> Path:
-    """The cached library, downloaded and built on first use."""
+    """The cached library, built from the cached sdist on first use."""
     so = cache / f"llama-cpp-python-{LLAMA_CPP_PYTHON}" / f"ggml-quants-{platform.machine()}.so"
     if so.is_file():
         return so
-    so.parent.mkdir(parents=True, exist_ok=True)
+    ggml = cached_sdist(cache) / "vendor" / "llama.cpp" / "ggml"
     with tempfile.TemporaryDirectory(prefix="edgellama-ggml-") as tmp:
-        sdist = _download_sdist(Path(tmp) / "sdist")
-        ggml = _extract_sources(sdist, Path(tmp) / "ggml")
         part = Path(tmp) / so.name
-        _compile(ggml, part)
+        _compile(ggml, Path(tmp), part)
         shutil.move(str(part), so)  # whole or not at all: a concurrent run sees no half-written file
     return so
 
