@@ -11,11 +11,15 @@
  * order: IEEE products are commutative, so da * dw broadcast over lanes equals dw * da, and with
  * contraction off nothing fuses.
  *
- * Which types have tiles (measured with cross/count_instructions.py under qemu, one thread):
- * the 32-value types and Q4_K, whose unpacked weights (2 or 4 registers per row per step) leave room
- * for two rows' accumulators. Q2_K, Q3_K, Q5_K and Q6_K keep only vec_dot_nv: their unpacked step
- * is 8 registers per row (Q5_K adds its high-bit state), and two rows of that plus 8 accumulators
- * spill, which executed more instructions per output than the nv kernel in a kernel microbenchmark. */
+ * Which types have tiles: a tile must execute fewer instructions per output than two nv calls.
+ * Compared by the static instruction counts of the compiled functions (aarch64 gcc -O3, objdump;
+ * each is one straight-line loop over weight blocks), a tile's for 8 outputs against nv's for 4:
+ * the 32-value types gain (dotprod Q4_1: 151 against 104), and so does Q4_K with dotprod (623
+ * against 355; a tile pays below 2x). Without dotprod each 32-value dot needs an int16 temporary and two rows of Q4_K
+ * spill (1264, with 424 stack accesses, against 500). Q2_K, Q3_K, Q5_K and Q6_K unpack 8 registers
+ * per row per step (Q5_K: 4 plus its high-bit state): their tiles spill on both variants (dotprod:
+ * 856, 1061, 948, 887 against 420, 473, 421, 445; plain: about 3.2x nv), so they have none and
+ * matmul uses vec_dot_nv for them. */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
