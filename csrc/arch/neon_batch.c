@@ -13,13 +13,13 @@
  *
  * Which types have tiles: a tile must execute fewer instructions per output than two nv calls.
  * Compared by the static instruction counts of the compiled functions (aarch64 gcc -O3, objdump;
- * each is one straight-line loop over weight blocks), a tile's for 8 outputs against nv's for 4:
- * the 32-value types gain (dotprod Q4_1: 151 against 104), and so does Q4_K with dotprod (623
- * against 355; a tile pays below 2x). Without dotprod each 32-value dot needs an int16 temporary and two rows of Q4_K
- * spill (1264, with 424 stack accesses, against 500). Q2_K, Q3_K, Q5_K and Q6_K unpack 8 registers
- * per row per step (Q5_K: 4 plus its high-bit state): their tiles spill on both variants (dotprod:
- * 856, 1061, 948, 887 against 420, 473, 421, 445; plain: about 3.2x nv), so they have none and
- * matmul uses vec_dot_nv for them. */
+ * each is one straight-line loop over weight blocks), a tile's for 8 outputs against nv's for 4
+ * (a tile pays below 2x): the 32-value types gain (dotprod Q4_1: 151 against 104), and so does
+ * Q4_K with dotprod (623 against 355). Without dotprod each 32-value dot needs an int16 temporary
+ * and two rows of Q4_K spill (1264, with 424 stack accesses, against 500). Q2_K, Q3_K, Q5_K and
+ * Q6_K unpack 8 registers per row per step (Q5_K: 4 plus its high-bit state): their tiles spill on
+ * both variants (dotprod: 856, 1061, 948, 887 against 420, 473, 421, 445; plain: about 3.2x nv),
+ * so they have none and matmul uses vec_dot_nv for them. */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
@@ -306,7 +306,8 @@ EL_INL void k45_tile(const int T, const int NR, size_t n, const void *w, size_t 
             const int16x8_t m = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mn[r])));
             int32x4_t ms[4];
             UNROLL
-            for (int j = 0; j < 4; j++) ms[j] = vmlal_high_s16(vmull_s16(vget_low_s16(pairs[j]), vget_low_s16(m)), pairs[j], m);
+            for (int j = 0; j < 4; j++)
+                ms[j] = vmlal_high_s16(vmull_s16(vget_low_s16(pairs[j]), vget_low_s16(m)), pairs[j], m);
             const float32x4_t fi = vcvtq_f32_s32(hsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
             const float32x4_t fm = vcvtq_f32_s32(hsum4(ms[0], ms[1], ms[2], ms[3]));
             const float32x4_t d = vmulq_n_f32(da, ld_f16(x[r] + o_d)), dmin = vmulq_n_f32(da, ld_f16(x[r] + o_dmin));
@@ -401,7 +402,9 @@ EL_INL void k16_unpack(const int T, const uint8_t *x, const k16_row *st, int c, 
  * Q2_K sumf += (da * dw) * isum - (da * dmw) * summ. */
 EL_INL void k16_tile(const int T, const int NR, size_t n, const void *w, size_t ws, const void *a, size_t as,
                      size_t nv, float *out, size_t ldo) {
-    const size_t wb = T == EL_TYPE_Q6_K ? sizeof(block_q6_K) : T == EL_TYPE_Q3_K ? sizeof(block_q3_K) : sizeof(block_q2_K);
+    const size_t wb = T == EL_TYPE_Q6_K   ? sizeof(block_q6_K)
+                      : T == EL_TYPE_Q3_K ? sizeof(block_q3_K)
+                                          : sizeof(block_q2_K);
     const size_t o_d = T == EL_TYPE_Q6_K ? offsetof(block_q6_K, d)
                        : T == EL_TYPE_Q3_K ? offsetof(block_q3_K, d) : offsetof(block_q2_K, d);
     const uint8_t *ap[4];
