@@ -97,7 +97,8 @@ def need_kernel(isa: str, entry: str, t: int) -> None:
         pytest.fail(f"{isa} {'lacks' if expected else 'has'} {entry}[{T(t).name}]: "
                     f"ISA_KERNELS says it {'should' if expected else 'should not'} (update the table or the filler)")
     if not present:
-        issue = " (issue 21)" if isa.startswith("neon") else ""
+        # NEON's missing tiles are a choice (csrc/arch/neon_batch.c); its matvec is issue 21's
+        issue = " (issue 21)" if isa.startswith("neon") and entry == "vec_dot_rows" else ""
         pytest.skip(f"{entry} for {T(t).name} not implemented for ISA {isa}{issue}")
 
 
