@@ -553,8 +553,26 @@ static void test_matmul(rng_t *r) {
 
 /* ------------------------------------------------------------------ batches: bit-identical to single rows */
 
+/* Quant bytes at their extreme (scales left random): every weight at the type's largest magnitude,
+ * every activation -128 (Q8_0 weights -127: AVX2 documents -128 weights as outside its domain), all
+ * products of one sign. The integer sums then reach their largest values, which is where a narrow
+ * (int16) partial sum in a SIMD kernel would overflow (arch/neon_batch.c's dot32s, for one). */
+static void make_extreme(int type, uint8_t *p, size_t n) {
+    static const struct { int type; size_t bytes, from, to; uint8_t v; } ext[] = {
+        {EL_TYPE_Q4_0, 18, 2, 18, 0x00},   {EL_TYPE_Q4_1, 20, 4, 20, 0xFF},   {EL_TYPE_Q5_0, 22, 2, 22, 0x00},
+        {EL_TYPE_Q5_1, 24, 4, 24, 0xFF},   {EL_TYPE_Q8_0, 34, 2, 34, 0x81},   {EL_TYPE_Q2_K, 84, 16, 80, 0xFF},
+        {EL_TYPE_Q3_K, 110, 0, 96, 0x00},  {EL_TYPE_Q4_K, 144, 16, 144, 0xFF}, {EL_TYPE_Q5_K, 176, 16, 176, 0xFF},
+        {EL_TYPE_Q6_K, 210, 0, 192, 0x00}, {EL_TYPE_Q8_1, 36, 4, 36, 0x80},   {EL_TYPE_Q8_K, 292, 4, 260, 0x80},
+    };
+    for (size_t t = 0; t < sizeof ext / sizeof ext[0]; t++)
+        if (ext[t].type == type)
+            for (size_t b = 0; b < el_row_bytes(type, n) / ext[t].bytes; b++)
+                memset(p + b * ext[t].bytes + ext[t].from, ext[t].v, ext[t].to - ext[t].from);
+}
+
 /* Every lane of vec_dot_nv, vec_dot_tile and vec_dot_rows carries the bits of the same table's vec_dot (the
- * contract in dispatch.h): rows at odd strides and addresses, every nv up to EL_NV_MAX. */
+ * contract in dispatch.h): rows at odd strides and addresses, every nv up to EL_NV_MAX; random quants,
+ * then (ext = 1) quants at their extremes (make_extreme). */
 static void test_vec_dot_nv(rng_t *r) {
     for (int k = 0; k < g_n_isas; k++) {
         use_isa(g_isas[k]);
@@ -564,12 +582,17 @@ static void test_vec_dot_nv(rng_t *r) {
             if (!K->vec_dot_nv[wt] && !K->vec_dot_tile[wt] && !K->vec_dot_rows[wt]) continue;
             size_t ns[4];
             const size_t nn = sizes_for(wt, ns);
-            for (size_t si = 0; si < nn; si++) {
-                const size_t n = ns[si], wb = el_row_bytes(wt, n), ab = el_row_bytes(at, n), stride = ab + 3;
+            for (size_t si = 0; si < 2 * nn; si++) {
+                const int ext = si >= nn;
+                const size_t n = ns[si % nn], wb = el_row_bytes(wt, n), ab = el_row_bytes(at, n), stride = ab + 3;
                 uint8_t *wbuf = xmalloc(wb + 1), *abuf = xmalloc(stride * EL_NV_MAX + 1);
                 uint8_t *w = wbuf + 1, *a = abuf + 1;
                 fill_row(r, wt, w, n);
                 for (size_t j = 0; j < EL_NV_MAX; j++) fill_row(r, at, a + j * stride, n);
+                if (ext) {
+                    make_extreme(wt, w, n);
+                    for (size_t j = 0; j < EL_NV_MAX; j++) make_extreme(at, a + j * stride, n);
+                }
                 for (size_t nv = 1; nv <= EL_NV_MAX && K->vec_dot_nv[wt]; nv++) {
                     float out[EL_NV_MAX];
                     K->vec_dot_nv[wt](n, w, a, stride, nv, out);
@@ -583,7 +606,10 @@ static void test_vec_dot_nv(rng_t *r) {
                 if (K->vec_dot_tile[wt]) {
                     /* the tile: EL_TILE_ROWS rows at a stride of wb + 1 against the same rows */
                     uint8_t *tbuf = xmalloc((wb + 1) * EL_TILE_ROWS);
-                    for (size_t i = 0; i < EL_TILE_ROWS; i++) fill_row(r, wt, tbuf + i * (wb + 1), n);
+                    for (size_t i = 0; i < EL_TILE_ROWS; i++) {
+                        fill_row(r, wt, tbuf + i * (wb + 1), n);
+                        if (ext) make_extreme(wt, tbuf + i * (wb + 1), n);
+                    }
                     for (size_t nv = 1; nv <= EL_NV_MAX; nv++) {
                         float out[EL_TILE_ROWS * EL_NV_MAX + 1];
                         K->vec_dot_tile[wt](n, tbuf, wb + 1, a, stride, nv, out, nv + 1);
@@ -602,7 +628,10 @@ static void test_vec_dot_nv(rng_t *r) {
                      * as matmul passes them) against one activation row */
                     const size_t ms = 2 * wb + 1;
                     uint8_t *mbuf = xmalloc(ms * EL_MV_ROWS);
-                    for (size_t i = 0; i < EL_MV_ROWS; i++) fill_row(r, wt, mbuf + i * ms, n);
+                    for (size_t i = 0; i < EL_MV_ROWS; i++) {
+                        fill_row(r, wt, mbuf + i * ms, n);
+                        if (ext) make_extreme(wt, mbuf + i * ms, n);
+                    }
                     float out[EL_MV_ROWS];
                     K->vec_dot_rows[wt](n, mbuf, ms, a, out);
                     for (size_t i = 0; i < EL_MV_ROWS; i++) {
@@ -624,8 +653,8 @@ static void test_vec_dot_nv(rng_t *r) {
 /* A matmul of many activation rows gives, row for row, the bits of one-row matmuls: what makes a
  * batched prompt produce the logits of token-by-token evaluation. */
 static void test_matmul_batch(rng_t *r) {
-    const int types[] = {EL_TYPE_Q8_0, EL_TYPE_Q5_0, EL_TYPE_Q4_0, EL_TYPE_Q4_1, EL_TYPE_Q5_1,
-                         EL_TYPE_Q4_K, EL_TYPE_Q6_K, EL_TYPE_Q5_K, EL_TYPE_F16};
+    const int types[] = {EL_TYPE_Q8_0, EL_TYPE_Q5_0, EL_TYPE_Q4_0, EL_TYPE_Q4_1, EL_TYPE_Q5_1, EL_TYPE_Q2_K,
+                         EL_TYPE_Q3_K, EL_TYPE_Q4_K, EL_TYPE_Q6_K, EL_TYPE_Q5_K, EL_TYPE_F16};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const int wt = types[ti];
         const size_t bs = el_type_block_size(wt), cols = bs == QK_K ? 512 : 160, rows = 45, nv = 71;
