@@ -174,6 +174,7 @@ class Scheduler:
             return
         self.heartbeat = time.monotonic()
         self.on_ready()
+        from edgellama.grammar.matcher import GrammarDeadEnd
         from edgellama.llm import ContextFull
 
         while True:
@@ -190,6 +191,8 @@ class Scheduler:
             except ContextFull as exc:  # a context shift that cannot make room (--no-context-shift, --keep)
                 self._finish(job, P.error_event(job.req.id, P.CONTEXT, str(exc)))
                 self.llm.reset()
+            except GrammarDeadEnd as exc:  # the request's grammar needs a character no token has
+                self._finish(job, P.error_event(job.req.id, P.BAD_REQUEST, f"grammar: {exc}"))
             except Exception as exc:  # noqa: BLE001 - an engine failure ends this request, not the service
                 log.error("request failed: %s", exc, extra={"fields": {"id": job.req.id,
                                                                        "trace": traceback.format_exc()}})
@@ -257,7 +260,11 @@ class Scheduler:
         n_predict = self.cfg.max_tokens if req.n_predict < 0 else min(req.n_predict, self.cfg.max_tokens)
         params = SamplerParams(temp=req.temperature, top_k=req.top_k, top_p=req.top_p, min_p=req.min_p,
                                repeat_penalty=req.repeat_penalty, repeat_last_n=req.repeat_last_n, seed=req.seed)
-        sampler = Sampler(params, llm.n_ctx)
+        sampler: Any = Sampler(params, llm.n_ctx)
+        if req.constraint is not None:
+            from edgellama.grammar import constrain
+
+            sampler = constrain(sampler, req.constraint, llm.tokenizer)
         if not req.cache_prompt:
             llm.reset()
 
