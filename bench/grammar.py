@@ -23,9 +23,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from edgellama.grammar import constrain, grammar_file, grammar_from_schema, parse  # noqa: E402
-from edgellama.grammar.compile import flatten  # noqa: E402
-from edgellama.grammar.matcher import CompiledGrammar, vocab_trie  # noqa: E402
+from edgellama.grammar import constrain, grammar_file, grammar_from_schema, parse
+from edgellama.grammar.compile import flatten
+from edgellama.grammar.matcher import CompiledGrammar, vocab_trie
 
 PROMPT = ("Describe a fictional person as a JSON object with the fields name, age, city, email, "
           "hobbies (a list), employed (true or false) and a short bio.\n")

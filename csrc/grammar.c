@@ -319,14 +319,16 @@ int32_t el_grammar_start(el_grammar *g) {
 /* ---- one byte ---- */
 static int32_t compute_step(el_grammar *g, int32_t s, uint8_t b) {
     const int32_t *p = state_ptr(g, s);
+    /* the pending prefix: p[1] = bytes still missing + 8 * the sequence's length */
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000}; /* shorter encodings are overlong */
     uint32_t value = (uint32_t)p[0];
-    int32_t missing = p[1], n_stacks = p[2];
+    int32_t missing = p[1] & 7, seqlen = p[1] >> 3, n_stacks = p[2];
     const int32_t *stacks = p + 3;
     if (missing == 0) {
-        if (b < 0x80) value = b;
-        else if ((b & 0xE0) == 0xC0) value = b & 0x1F, missing = 1;
-        else if ((b & 0xF0) == 0xE0) value = b & 0x0F, missing = 2;
-        else if ((b & 0xF8) == 0xF0) value = b & 0x07, missing = 3;
+        if (b < 0x80) value = b, seqlen = 1;
+        else if ((b & 0xE0) == 0xC0) value = b & 0x1F, missing = 1, seqlen = 2;
+        else if ((b & 0xF0) == 0xE0) value = b & 0x0F, missing = 2, seqlen = 3;
+        else if ((b & 0xF8) == 0xF0) value = b & 0x07, missing = 3, seqlen = 4;
         else return -1; /* a continuation byte with nothing to continue, or not UTF-8 */
     } else {
         if ((b & 0xC0) != 0x80) return -1;
@@ -337,6 +339,9 @@ static int32_t compute_step(el_grammar *g, int32_t s, uint8_t b) {
     g->n_advance = 0;
     if (missing > 0) { /* keep the stacks a completion of this prefix could still match */
         uint32_t lo = value << (6 * missing), hi = lo | ((1u << (6 * missing)) - 1);
+        if (lo < min_cp[seqlen]) lo = min_cp[seqlen];
+        if (hi > 0x10FFFF) hi = 0x10FFFF;
+        if (lo > hi) return -1;
         int any = 0;
         for (int32_t k = 0, o = 0; k < n_stacks; k++, o += stacks[o] + 1) {
             int32_t len = stacks[o];
@@ -349,9 +354,9 @@ static int32_t compute_step(el_grammar *g, int32_t s, uint8_t b) {
         for (int32_t k = 0, o = 0; k < n_stacks; k++, o += stacks[o] + 1)
             for (int32_t j = 0; j <= stacks[o]; j++)
                 if (ibuf_push(&g->scratch, stacks[o + j])) return EL_ENOMEM;
-        return intern(g, value, missing);
+        return intern(g, value, missing + 8 * seqlen);
     }
-    if (value > 0x10FFFF) return -1;
+    if (value > 0x10FFFF || value < min_cp[seqlen] || (value >= 0xD800 && value <= 0xDFFF)) return -1;
     for (int32_t k = 0, o = 0; k < n_stacks; k++, o += stacks[o] + 1) {
         int32_t len = stacks[o];
         if (len == 0) continue;

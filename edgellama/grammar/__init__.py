@@ -27,7 +27,7 @@ def grammar_file(name: str) -> str:
     """GBNF text of a file, or of a bundled grammar by name (`json`, `list`, ...)."""
     path = Path(name)
     if not path.is_file():
-        stem = name[:-5] if name.endswith(".gbnf") else name
+        stem = name.removesuffix(".gbnf")
         bundled = BUNDLED / f"{stem}.gbnf"
         if "/" in name or not bundled.is_file():
             raise GrammarError(f"grammar file {name!r} not found (bundled grammars: {', '.join(bundled_names())})")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 MAX_ITEMS_EXPANDED = 1000
 
@@ -136,7 +136,7 @@ class _Converter:
                     raise SchemaError(f"{where}: {kw} must be a non-empty list")
                 rest = {k: v for k, v in s.items() if k != kw and k not in IGNORED}
                 if rest:
-                    raise SchemaError(f"{where}: {kw} beside {sorted(rest)[0]!r} is not supported")
+                    raise SchemaError(f"{where}: {kw} beside {min(rest)!r} is not supported")
                 if kw == "oneOf":
                     self.check_disjoint(alts, where)
                 names = [self.visit(a, f"{name}-{i}", f"{where}/{kw}/{i}") for i, a in enumerate(alts)]
@@ -388,7 +388,7 @@ class _Regex:
         """The JSON text of one character, as a GBNF literal (escaped where JSON must escape)."""
         return literal(json.dumps(chr(cp), ensure_ascii=False)[1:-1])
 
-    CLASSES = {"d": "0-9", "w": "a-zA-Z0-9_", "s": " \\t\\n\\r"}
+    CLASSES: ClassVar[dict[str, str]] = {"d": "0-9", "w": "a-zA-Z0-9_", "s": " \\t\\n\\r"}
 
     def escape(self, in_class: bool) -> str:
         self.i += 1
@@ -426,14 +426,14 @@ class _Regex:
         if cp < 0x20 or cp == 0x7F or cp in (0x22, 0x5C):
             raise self.fail("control characters, '\"' and '\\' inside classes are not supported")
         ch = chr(cp)
-        return "\\" + ch if ch in "]-^[" else ch
+        return f"\\x{cp:02X}" if ch in "]-^[" else ch  # GBNF has no \\- or \\^ escape
 
     def char_class(self) -> str:
         self.i += 1
         neg = self.i < len(self.p) and self.p[self.i] == "^"
         if neg:
             self.i += 1
-        body = []
+        body: list[str] = []
         while True:
             if self.i >= len(self.p):
                 raise self.fail("unterminated character class")

@@ -101,7 +101,7 @@ class GrammarMatcher:
         self.g = CompiledGrammar(grammar)
         self.trie = trie
         self.eog = np.fromiter(sorted(t for t in eog_ids if 0 <= t < trie.n_tokens), dtype=np.int64)
-        self.eog_set = set(int(t) for t in self.eog)
+        self.eog_set = {int(t) for t in self.eog}
         self.state = self.g.start
         self.ended = False  # an end-of-generation token was accepted
         self._mask = np.zeros(trie.n_tokens, dtype=np.uint8)

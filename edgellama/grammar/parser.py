@@ -263,8 +263,7 @@ class _Parser:
         pos = self.i
         e = self.peek(1)
         self.i += 2
-        simple = {"n": 10, "r": 13, "t": 9, "\\": 92, '"': 34, "[": 91, "]": 93, "-": 45, "/": 47,
-                  "'": 39, "^": 94, ".": 46, "0": 0}
+        simple = {"n": 10, "r": 13, "t": 9, "\\": 92, '"': 34, "[": 91, "]": 93}  # llama.cpp's set, no more
         if e in simple:
             return simple[e]
         width = {"x": 2, "u": 4, "U": 8}.get(e)
