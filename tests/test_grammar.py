@@ -196,12 +196,12 @@ def test_mask_equals_brute_force_oracle(smollm2_tokenizer: Any) -> None:
     pieces = [tok.token_bytes(i) for i in range(tok.n_vocab)]
     trie = VocabTrie(pieces)
     rng = random.Random(20)
-    for case in range(8):
+    for case in range(5):
         expr, rx = _random_grammar(rng)
         pattern = regex.compile(rx)
         m = GrammarMatcher(parse(f"root ::= {expr}"), trie, set(tok.eot_ids))
         out = b""
-        for _step in range(4):
+        for _step in range(3):
             mask = m.mask()
             for i, piece in enumerate(pieces):
                 if i in tok.eot_ids:
@@ -304,7 +304,9 @@ def test_recursive_schema() -> None:
 def llm(request: pytest.FixtureRequest) -> Iterator[Any]:
     from edgellama.llm import LLM
 
-    with LLM(request.getfixturevalue(f"{request.param}_path"), n_ctx=512, n_threads=2) as m:
+    # Gemma 3 270m is a base model without a chat template: its own turn format, hand-written
+    chat = "gemma" if request.param == "gemma" else None
+    with LLM(request.getfixturevalue(f"{request.param}_path"), n_ctx=512, n_threads=2, chat_format=chat) as m:
         yield m
 
 
@@ -325,8 +327,8 @@ def generate(llm: Any, prompt: str, grammar: Any, seed: int, n: int = 120) -> tu
 
 def test_json_grammar_outputs_parse(llm: Any) -> None:
     g = parse(grammar_file("json"))
-    for seed in range(3):
-        text, reason = generate(llm, "Give a tiny JSON object describing a cat (2 keys).", g, seed, 160)
+    for seed in range(2):
+        text, reason = generate(llm, "Give a tiny JSON object describing a cat (2 keys).", g, seed, 96)
         if reason == "length":  # cut short: still a prefix the grammar accepts
             assert prefix_ok(grammar_file("json"), text.encode())
             continue
@@ -345,7 +347,7 @@ def test_schema_outputs_validate(llm: Any) -> None:
 def test_word_grammars_only_produce_their_words(llm: Any) -> None:
     yes_no = parse(grammar_file("yes_no"))
     colors = grammar_from_schema({"enum": ["red", "green", "blue"]})
-    for seed in range(3):
+    for seed in range(2):
         text, reason = generate(llm, "Is the sea salty?", yes_no, seed, 8)
         assert text in ("yes", "no") and reason == "stop", text
         text, _ = generate(llm, "Name a color.", colors, seed, 8)

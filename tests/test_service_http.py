@@ -207,7 +207,7 @@ def test_llama_server_field_names(server: ServerProc) -> None:
     ({"prompt": PROMPT, "n_probs": 3}, 400, "'n_probs' is not supported"),
     ({"prompt": [1, 2, 3]}, 400, "token arrays"),
     ({"prompt": PROMPT, "top_p": 3}, 400, "top_p"),  # protocol v1's range check, its words
-    ({"prompt": PROMPT, "grammar": "root ::= \"yes"}, 400, "line 1, column 16: unterminated string"),
+    ({"prompt": PROMPT, "grammar": "root ::= \"yes"}, 400, "line 1, column 14: unterminated string"),
     ({"prompt": PROMPT, "json_schema": {"type": "integer", "minimum": 1}}, 400, "'minimum' is not supported"),
 ])
 def test_refused_fields_get_llama_server_error_json(server: ServerProc, body: dict[str, Any], status: int,
