@@ -7,6 +7,7 @@
  * a few hash lookups after the first time. The allowed-token mask walks a byte trie of the vocabulary
  * with the state: a shared prefix is stepped once for all tokens under it, and a prefix that leaves
  * the grammar prunes its whole subtree. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -451,95 +452,91 @@ void el_vocab_trie_free(el_vocab_trie *t) {
 
 size_t el_vocab_trie_nodes(const el_vocab_trie *t) { return t ? t->n_nodes : 0; }
 
-typedef struct { /* the building trie: linked children, then laid out depth-first */
-    int32_t *first_child, *next_sibling, *token;
-    uint8_t *byte;
-} build_trie;
+/* qsort has no context argument: the sort's input is in these, under the lock */
+static pthread_mutex_t g_sort_lock = PTHREAD_MUTEX_INITIALIZER;
+static const uint8_t *g_sort_bytes;
+static const int64_t *g_sort_off;
 
+static int cmp_token(const void *x, const void *y) {
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    int64_t la = g_sort_off[a + 1] - g_sort_off[a], lb = g_sort_off[b + 1] - g_sort_off[b];
+    int c = memcmp(g_sort_bytes + g_sort_off[a], g_sort_bytes + g_sort_off[b], (size_t)(la < lb ? la : lb));
+    if (c) return c;
+    if (la != lb) return la < lb ? -1 : 1;
+    return a < b ? -1 : a > b;
+}
+
+/* Built from the tokens sorted by bytes: each token adds nodes only past its common prefix with the
+ * one before it, and nodes come out in depth-first order directly (linear after the sort). */
 int el_vocab_trie_create(const uint8_t *bytes, const int64_t *offsets, size_t n_tokens, el_vocab_trie **out) {
     if (!offsets || !out || n_tokens == 0 || n_tokens > (size_t)INT32_MAX || offsets[0] != 0) return EL_EINVAL;
     *out = NULL;
-    size_t total = 0;
+    size_t total = 0, longest = 0;
     for (size_t i = 0; i < n_tokens; i++) {
         if (offsets[i + 1] < offsets[i]) return EL_EINVAL;
         total = (size_t)offsets[i + 1];
+        if ((size_t)(offsets[i + 1] - offsets[i]) > longest) longest = (size_t)(offsets[i + 1] - offsets[i]);
     }
     if (total && !bytes) return EL_EINVAL;
     if (total + 1 > (size_t)INT32_MAX) return EL_EINVAL;
     size_t cap = total + 1; /* at most one node per byte, plus the root */
-    build_trie b = {malloc(cap * sizeof(int32_t)), malloc(cap * sizeof(int32_t)), malloc(cap * sizeof(int32_t)),
-                    malloc(cap)};
     el_vocab_trie *t = calloc(1, sizeof *t);
-    int32_t *order = NULL, *stack = NULL;
+    int32_t *order = malloc(n_tokens * sizeof *order), *path = malloc((longest + 1) * sizeof *path);
     int st = EL_ENOMEM;
-    if (!t || !b.first_child || !b.next_sibling || !b.token || !b.byte) goto done;
+    if (!t || !order || !path) goto done;
+    t->size = malloc(cap * sizeof(int32_t));
+    t->token = malloc(cap * sizeof(int32_t));
+    t->byte = malloc(cap);
     t->tok_next = malloc(n_tokens * sizeof(int32_t));
-    if (!t->tok_next) goto done;
+    if (!t->size || !t->token || !t->byte || !t->tok_next) goto done;
     t->n_tokens = n_tokens;
-    size_t n_nodes = 1;
-    b.first_child[0] = b.next_sibling[0] = b.token[0] = -1;
-    b.byte[0] = 0;
-    for (size_t i = 0; i < n_tokens; i++) {
-        t->tok_next[i] = -1;
-        if (offsets[i + 1] == offsets[i]) continue; /* control tokens: never allowed by bytes */
-        int32_t node = 0;
-        for (int64_t k = offsets[i]; k < offsets[i + 1]; k++) {
-            uint8_t by = bytes[k];
-            int32_t c = b.first_child[node], prev = -1;
-            while (c >= 0 && b.byte[c] < by) prev = c, c = b.next_sibling[c];
-            if (c < 0 || b.byte[c] != by) { /* new child, kept sorted by byte */
-                int32_t nn = (int32_t)n_nodes++;
-                b.byte[nn] = by;
-                b.first_child[nn] = -1;
-                b.token[nn] = -1;
-                b.next_sibling[nn] = c;
-                if (prev < 0) b.first_child[node] = nn;
-                else b.next_sibling[prev] = nn;
-                c = nn;
-            }
-            node = c;
+    for (size_t i = 0; i < n_tokens; i++) order[i] = (int32_t)i, t->tok_next[i] = -1;
+    pthread_mutex_lock(&g_sort_lock);
+    g_sort_bytes = bytes;
+    g_sort_off = offsets;
+    qsort(order, n_tokens, sizeof *order, cmp_token);
+    pthread_mutex_unlock(&g_sort_lock);
+    size_t n_nodes = 1, depth = 0; /* path[0..depth] = the nodes of the previous token's bytes */
+    path[0] = 0;
+    t->token[0] = -1;
+    t->byte[0] = 0;
+    int32_t prev = -1;
+    for (size_t k = 0; k < n_tokens; k++) {
+        int32_t tok = order[k];
+        const uint8_t *p = bytes + offsets[tok];
+        size_t len = (size_t)(offsets[tok + 1] - offsets[tok]);
+        if (len == 0) continue; /* control tokens: never allowed by bytes */
+        size_t common = 0;
+        if (prev >= 0) {
+            const uint8_t *q = bytes + offsets[prev];
+            size_t plen = (size_t)(offsets[prev + 1] - offsets[prev]);
+            while (common < len && common < plen && p[common] == q[common]) common++;
         }
-        t->tok_next[i] = b.token[node];
-        b.token[node] = (int32_t)i;
+        while (depth > common) { /* close the nodes the new token does not share */
+            int32_t n = path[depth--];
+            t->size[n] = (int32_t)n_nodes - n;
+        }
+        for (size_t j = common; j < len; j++) {
+            int32_t n = (int32_t)n_nodes++;
+            t->byte[n] = p[j];
+            t->token[n] = -1;
+            path[++depth] = n;
+        }
+        int32_t node = path[depth];
+        t->tok_next[tok] = t->token[node];
+        t->token[node] = tok;
+        prev = tok;
     }
-    /* depth-first layout: order[k] = the building node placed at k */
-    order = malloc(n_nodes * sizeof *order);
-    stack = malloc(n_nodes * sizeof *stack);
-    t->size = malloc(n_nodes * sizeof(int32_t));
-    t->token = malloc(n_nodes * sizeof(int32_t));
-    t->byte = malloc(n_nodes);
-    if (!order || !stack || !t->size || !t->token || !t->byte) goto done;
-    size_t sp = 0, k = 0;
-    stack[sp++] = 0;
-    while (sp) { /* preorder; children pushed in reverse so they come out sorted */
-        int32_t n = stack[--sp];
-        order[k++] = n;
-        int32_t cnt = 0;
-        for (int32_t c = b.first_child[n]; c >= 0; c = b.next_sibling[c]) cnt++;
-        int32_t j = 0;
-        for (int32_t c = b.first_child[n]; c >= 0; c = b.next_sibling[c], j++) stack[sp + (size_t)(cnt - 1 - j)] = c;
-        sp += (size_t)cnt;
+    while (depth > 0) {
+        int32_t n = path[depth--];
+        t->size[n] = (int32_t)n_nodes - n;
     }
-    /* sizes: a node's subtree ends where the next node at its depth or above begins; computed
-     * backwards as 1 + the sizes of its children */
-    int32_t *pos = stack; /* reuse: building node -> position */
-    for (size_t i = 0; i < n_nodes; i++) pos[order[i]] = (int32_t)i;
-    for (size_t i = n_nodes; i-- > 0;) {
-        int32_t n = order[i], sz = 1;
-        for (int32_t c = b.first_child[n]; c >= 0; c = b.next_sibling[c]) sz += t->size[pos[c]];
-        t->size[i] = sz;
-        t->token[i] = b.token[n];
-        t->byte[i] = b.byte[n];
-    }
+    t->size[0] = (int32_t)n_nodes;
     t->n_nodes = n_nodes;
     st = EL_OK;
 done:
     free(order);
-    free(stack);
-    free(b.first_child);
-    free(b.next_sibling);
-    free(b.token);
-    free(b.byte);
+    free(path);
     if (st) el_vocab_trie_free(t);
     else *out = t;
     return st;

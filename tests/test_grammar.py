@@ -361,6 +361,17 @@ def test_chinese_characters_only(llm: Any) -> None:
         assert text and set(text) <= set("你好世界中文天气很") and len(text) <= 8, text
 
 
+def test_python_api_grammar_and_response_format(llm: Any) -> None:
+    import jsonschema
+
+    fmt = {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMAS[0]}}
+    r = llm.create_chat_completion([{"role": "user", "content": "A person as JSON."}], response_format=fmt,
+                                   max_tokens=150, seed=1)
+    jsonschema.validate(json.loads(r["choices"][0]["message"]["content"]), SCHEMAS[0])
+    r = llm.create_completion("Is fire hot?", grammar='root ::= " yes" | " no"', max_tokens=8, seed=2)
+    assert r["choices"][0]["text"] in (" yes", " no") and r["choices"][0]["finish_reason"] == "stop", r
+
+
 def test_sampler_checks_the_drawn_token_first(llm: Any) -> None:
     """Under a permissive grammar the full mask is rarely needed: most drawn tokens are allowed."""
     from edgellama.grammar import constrain

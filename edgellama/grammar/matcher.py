@@ -6,6 +6,7 @@ mask only when that token is refused (llama.cpp's order), so most steps cost one
 from __future__ import annotations
 
 import weakref
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from edgellama.native.lib import check, ffi, lib
 if TYPE_CHECKING:
     from edgellama.tokenizers.tokenizer import Tokenizer
 
+MASKS_KEPT = 8  # x n_vocab bytes: 2 MiB for Gemma 3
 MEMO_LIMIT = 64 << 20  # bytes of remembered states and transitions before the memo is dropped
 ACCEPTING, DONE = int(lib.EL_GRAM_ACCEPTING), int(lib.EL_GRAM_DONE)
 
@@ -105,6 +107,8 @@ class GrammarMatcher:
         self.state = self.g.start
         self.ended = False  # an end-of-generation token was accepted
         self._mask = np.zeros(trie.n_tokens, dtype=np.uint8)
+        # the last masks by state: a JSON string or a list item comes back to the same state again and again
+        self._masks: OrderedDict[int, npt.NDArray[np.bool_]] = OrderedDict()
 
     @property
     def accepting(self) -> bool:
@@ -134,13 +138,23 @@ class GrammarMatcher:
         s = self.g.step(self.state, data) if data else -1
         if s < 0:
             raise ValueError(f"token {token} ({data!r}) does not continue the grammar")
-        self.state = self.g.compact(s)
+        state = self.g.compact(s)
+        if state != s:  # the memo was dropped: state ids were renumbered
+            self._masks.clear()
+        self.state = state
 
     def mask(self) -> npt.NDArray[np.bool_]:
-        """Allowed tokens as a boolean array over the vocabulary."""
+        """Allowed tokens as a boolean array over the vocabulary (do not modify it: it is cached)."""
+        m = self._masks.get(self.state)
+        if m is not None:
+            self._masks.move_to_end(self.state)
+            return m
         check(lib.el_grammar_allowed(self.g.ptr, self.trie.ptr, self.state, ffi.from_buffer(self._mask),
                                      self._mask.size), "grammar mask")
         m = self._mask.astype(bool)
         if self.eog.size:
             m[self.eog] = self.accepting
+        self._masks[self.state] = m
+        if len(self._masks) > MASKS_KEPT:
+            self._masks.popitem(last=False)
         return m
