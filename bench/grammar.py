@@ -108,7 +108,9 @@ def main() -> int:
 
     report: dict[str, Any] = {"compile": compile_times(), "models": {}}
     for name in args.models.split(","):
-        with LLM(None if name == "gemma3" else name, n_ctx=1024, n_threads=args.threads) as llm:
+        from edgellama.default_model import default_model_path
+
+        with LLM(default_model_path() if name == "gemma3" else name, n_ctx=1024, n_threads=args.threads) as llm:
             t0 = time.perf_counter()
             trie = vocab_trie(llm.tokenizer)
             trie_ms = (time.perf_counter() - t0) * 1000.0
