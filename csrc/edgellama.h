@@ -228,6 +228,37 @@ EL_API size_t el_model_seq_state_size(const el_model *model, int32_t seq);
 EL_API int el_model_seq_state_save(const el_model *model, int32_t seq, void *buf, size_t size);
 EL_API int el_model_seq_state_load(el_model *model, int32_t seq, const void *buf, size_t size);
 
+/* ---- grammar-constrained decoding (edgellama/grammar/) ---- */
+/* A compiled grammar: code[] holds (type, value) int32 pairs, llama.cpp's layout: each rule's
+ * alternatives are element runs ended by ALT, the last by END; a character set is CHAR or CHAR_NOT
+ * then RNG_UPPER / CHAR_ALT pairs; CHAR_ANY is `.`. rule_start[r] is rule r's first pair. The grammar
+ * object also holds the matcher's memo: states (sets of element stacks and a pending UTF-8 prefix),
+ * interned, and their transitions by byte. States are ids >= 0; -1 is "no longer in the grammar". */
+enum el_gram_type { EL_GRAM_END = 0, EL_GRAM_ALT = 1, EL_GRAM_RULE_REF = 2, EL_GRAM_CHAR = 3,
+                    EL_GRAM_CHAR_NOT = 4, EL_GRAM_CHAR_RNG_UPPER = 5, EL_GRAM_CHAR_ALT = 6,
+                    EL_GRAM_CHAR_ANY = 7 };
+enum { EL_GRAM_ACCEPTING = 1, EL_GRAM_DONE = 2 };
+typedef struct el_grammar el_grammar;
+typedef struct el_vocab_trie el_vocab_trie;
+/* EL_EINVAL names no position: the Python side validated the code; C re-checks every index. */
+EL_API int el_grammar_create(const int32_t *code, size_t n_code, const int32_t *rule_start, size_t n_rules,
+                             int32_t root, el_grammar **out);
+EL_API void el_grammar_free(el_grammar *g);
+EL_API int32_t el_grammar_start(el_grammar *g);  /* the state before any output (<0: error status) */
+/* The state after bytes from state (-1: those bytes leave the grammar; < -1: error status). */
+EL_API int32_t el_grammar_step(el_grammar *g, int32_t state, const uint8_t *bytes, size_t n);
+EL_API int el_grammar_state_flags(const el_grammar *g, int32_t state);  /* EL_GRAM_ACCEPTING | EL_GRAM_DONE */
+EL_API size_t el_grammar_memo_bytes(const el_grammar *g);
+/* Drops the memo but state; returns state's new id (<0: error status). */
+EL_API int32_t el_grammar_compact(el_grammar *g, int32_t state);
+/* A byte trie over a vocabulary: token i's bytes are bytes[offsets[i] .. offsets[i+1]); tokens with no
+ * bytes (control tokens) are left out, so no mask ever allows them. */
+EL_API int el_vocab_trie_create(const uint8_t *bytes, const int64_t *offsets, size_t n_tokens, el_vocab_trie **out);
+EL_API void el_vocab_trie_free(el_vocab_trie *t);
+EL_API size_t el_vocab_trie_nodes(const el_vocab_trie *t);
+/* mask[i] = 1 for each token whose bytes keep state inside the grammar, else 0 (n_mask >= the trie's tokens). */
+EL_API int el_grammar_allowed(el_grammar *g, const el_vocab_trie *t, int32_t state, uint8_t *mask, size_t n_mask);
+
 /* ---- file mappings: a SIGBUS (the file was truncated while mapped) reported by name ---- */
 /* Registers [addr, addr + len) as a mapping of the file `name` (copied, up to 511 bytes). On the first
  * call a SIGBUS handler is installed: a fault inside a registered mapping writes one line naming the

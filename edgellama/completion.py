@@ -63,11 +63,17 @@ class CompletionAPI:
         return self.create_completion(prompt, **kwargs)
 
     def _sampler(self, temperature: float, top_p: float, top_k: int, min_p: float, repeat_penalty: float,
-                 seed: int | None) -> Sampler:
+                 seed: int | None, grammar: Any = None) -> Any:
+        """grammar: GBNF text or a parsed edgellama.grammar.Grammar (llama-cpp-python's LlamaGrammar role)."""
         if seed is None or seed < 0:
             seed = self.seed
-        return Sampler(SamplerParams(temp=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                                     repeat_penalty=repeat_penalty, seed=seed), self.n_ctx)
+        sampler = Sampler(SamplerParams(temp=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                                        repeat_penalty=repeat_penalty, seed=seed), self.n_ctx)
+        if grammar is None:
+            return sampler
+        from edgellama.grammar import constrain, parse
+
+        return constrain(sampler, parse(grammar) if isinstance(grammar, str) else grammar, self.tokenizer)
 
     def _stream_text(self, ids: list[int], sampler: Sampler, max_tokens: int | None,
                      stops: list[str], usage: dict[str, int]) -> Iterator[tuple[str, str | None]]:
@@ -107,14 +113,15 @@ class CompletionAPI:
     def create_completion(self, prompt: str | list[int], suffix: str | None = None, max_tokens: int | None = 16,
                           temperature: float = 0.8, top_p: float = 0.95, min_p: float = 0.05, echo: bool = False,
                           stop: str | list[str] | None = None, stream: bool = False, repeat_penalty: float = 1.0,
-                          top_k: int = 40, seed: int | None = None, logprobs: int | None = None) -> Any:
+                          top_k: int = 40, seed: int | None = None, logprobs: int | None = None,
+                          grammar: Any = None) -> Any:
         """{"choices": [{"text", "finish_reason", ...}], "usage": {...}} or, with stream=True, an
-        iterator of chunks of the same shape."""
+        iterator of chunks of the same shape. grammar: GBNF text or an edgellama.grammar.Grammar."""
         if suffix is not None or logprobs is not None:
             raise ValueError("suffix and logprobs are not supported")
         ids = list(prompt) if isinstance(prompt, list) else self.tokenize(prompt)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        sampler = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed)
+        sampler = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed, grammar)
         head = {"id": f"cmpl-{uuid.uuid4()}", "object": "text_completion", "created": int(time.time()),
                 "model": str(self.path)}
         usage: dict[str, int] = {}
@@ -142,14 +149,28 @@ class CompletionAPI:
                                top_p: float = 0.95, top_k: int = 40, min_p: float = 0.05,
                                stop: str | list[str] | None = None, stream: bool = False,
                                seed: int | None = None, max_tokens: int | None = None,
-                               repeat_penalty: float = 1.0) -> Any:
+                               repeat_penalty: float = 1.0, response_format: dict[str, Any] | None = None,
+                               grammar: Any = None) -> Any:
         """OpenAI's chat.completion shape (or chat.completion.chunk stream), the prompt rendered by
-        the model's own chat template."""
+        the model's own chat template. response_format: {"type": "json_object"} (optionally with a
+        "schema") or {"type": "json_schema", "json_schema": {"schema": ...}}, as llama-cpp-python."""
+        if response_format is not None and response_format.get("type", "text") != "text":
+            if grammar is not None:
+                raise ValueError("give grammar or response_format, not both")
+            from edgellama.grammar import grammar_from_schema
+
+            schema = response_format.get("schema")
+            if schema is None and isinstance(response_format.get("json_schema"), dict):
+                schema = response_format["json_schema"].get("schema")
+            if response_format.get("type") not in ("json_object", "json_schema") or (
+                    schema is None and response_format.get("type") == "json_schema"):
+                raise ValueError(f"response_format {response_format!r}: type json_object, or json_schema with a schema")
+            grammar = grammar_from_schema(schema if schema is not None else {"type": "object"})
         fmt = self.chat
         prompt = fmt.render(messages, add_generation_prompt=True)
         ids = self.tokenizer.encode(prompt, add_special=not fmt.added_special, parse_special=True)
         stops = ([stop] if isinstance(stop, str) else list(stop or [])) + list(fmt.stop_pieces)
-        sampler = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed)
+        sampler = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed, grammar)
         head = {"id": f"chatcmpl-{uuid.uuid4()}", "created": int(time.time()), "model": str(self.path)}
         usage: dict[str, int] = {}
         pieces = self._stream_text(ids, sampler, max_tokens, stops, usage)

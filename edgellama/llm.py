@@ -264,8 +264,9 @@ class LLM(CompletionAPI):
             tm.prompt_ms = (time.perf_counter() - t0) * 1000.0
             if on_prompt is not None:
                 on_prompt()  # e.g. save the prompt cache: the KV cache holds exactly the prompt now
+            accept_prompt = getattr(sampler, "accept_prompt", sampler.accept)  # a grammar starts at the output
             for t in prompt:
-                sampler.accept(t)
+                accept_prompt(t)
             dec = StreamDecoder(self.tokenizer)
             reason = "length"
             t1 = time.perf_counter()
@@ -281,6 +282,9 @@ class LLM(CompletionAPI):
                     reason = "stop"
                     break
                 yield from self._turn.suspend(Event("token", tok, dec.push(tok)))
+                if getattr(sampler, "finished", False):  # a grammar is complete: nothing more may follow
+                    reason = "stop"
+                    break
                 if len(self.tokens) >= self.n_ctx and not self.context_shift:
                     reason = "context"
                     break

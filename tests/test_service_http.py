@@ -207,7 +207,8 @@ def test_llama_server_field_names(server: ServerProc) -> None:
     ({"prompt": PROMPT, "n_probs": 3}, 400, "'n_probs' is not supported"),
     ({"prompt": [1, 2, 3]}, 400, "token arrays"),
     ({"prompt": PROMPT, "top_p": 3}, 400, "top_p"),  # protocol v1's range check, its words
-    ({"prompt": PROMPT, "grammar": "root ::= \"yes\""}, 400, "grammar"),  # until issue 20 wires it
+    ({"prompt": PROMPT, "grammar": "root ::= \"yes"}, 400, "line 1, column 14: unterminated string"),
+    ({"prompt": PROMPT, "json_schema": {"type": "integer", "minimum": 1}}, 400, "'minimum' is not supported"),
 ])
 def test_refused_fields_get_llama_server_error_json(server: ServerProc, body: dict[str, Any], status: int,
                                                     words: str) -> None:
@@ -231,6 +232,41 @@ def test_grammar_fields_map_onto_protocol_v1_names(body: dict[str, Any], want: d
     assert fields.grammar_fields(body) == want
     v1 = fields.openai_chat({"messages": CHAT, **body}, "g")
     assert {k: v1[k] for k in ("grammar", "json_schema") if k in v1} == want
+
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 16},
+                                          "age": {"type": "integer"}}, "required": ["name", "age"],
+          "additionalProperties": False}
+
+
+def test_grammar_and_json_schema_served(server: ServerProc) -> None:
+    """Protocol v1 on the socket and every HTTP spelling: outputs inside their grammar or schema, a bad
+    grammar a clear error, and the server goes on."""
+    import jsonschema
+
+    with server.connect() as c:
+        events = c.ask({"id": "g1", "prompt": "Is the sky blue? Answer:", "grammar": 'root ::= " yes" | " no"',
+                        "seed": 1})
+        assert events[-1]["stop_reason"] == "eos" and text_of(events) in (" yes", " no"), events
+        bad = c.ask({"id": "g2", "prompt": "x", "grammar": 'root ::= "a" b'})[-1]
+        assert bad["code"] == "bad_request" and "line 1, column 14: undefined rule 'b'" in bad["message"], bad
+        bad = c.ask({"id": "g3", "prompt": "x", "json_schema": {"type": "string", "format": "email"}})[-1]
+        assert bad["code"] == "bad_request" and "format 'email'" in bad["message"], bad
+    status, r = call(server, "POST", "/completion", {"prompt": "A person as JSON:", "json_schema": PERSON,
+                                                     "n_predict": 150, "seed": 3})
+    assert status == 200 and r["stop_type"] == "eos", r
+    jsonschema.validate(json.loads(r["content"]), PERSON)
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    status, chat = call(server, "POST", "/v1/chat/completions", {"messages": CHAT, "response_format": fmt,
+                                                                 "max_tokens": 150, "seed": 4})
+    assert status == 200 and chat["choices"][0]["finish_reason"] == "stop", chat
+    jsonschema.validate(json.loads(chat["choices"][0]["message"]["content"]), PERSON)
+    status, chat = call(server, "POST", "/v1/chat/completions", {
+        "messages": CHAT, "response_format": {"type": "json_object", "schema": PERSON}, "max_tokens": 150, "seed": 5})
+    assert status == 200 and isinstance(json.loads(chat["choices"][0]["message"]["content"]), dict), chat
+    status, done = call(server, "POST", "/completion", {"prompt": PROMPT, "grammar": 'root ::= [0-9]{3}', "seed": 6})
+    assert status == 200 and len(done["content"]) == 3 and done["content"].isdigit(), done
+    assert call(server, "GET", "/health")[1] == {"status": "ok"}
 
 
 def test_grammar_fields_refuse_what_they_cannot_map() -> None:

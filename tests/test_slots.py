@@ -189,3 +189,39 @@ def test_parallel_a_prompt_too_long_errors_only_its_request(parallel_server: Any
         got = c.until_final({"ok", "long"})
     assert got["long"][-1]["event"] == "error" and got["long"][-1]["code"] == "context"
     assert got["ok"][-1]["event"] == "done" and got["ok"][-1]["tokens_predicted"] == 20
+
+
+def test_parallel_grammars_constrain_their_own_slot_only(parallel_server: Any) -> None:
+    """Grammar and JSON-schema requests side by side with a free one, each in its own slot: every output
+    inside its own grammar, the free one unconstrained, a grammar error ends only its request."""
+    from tests.service_util import text_of
+
+    srv = parallel_server
+    reqs = {"yn": {"prompt": "Is the sky blue? Answer:", "grammar": 'root ::= " yes" | " no"', "seed": 1},
+            "num": {"prompt": "Three digits:", "grammar": "root ::= [0-9]{3}", "seed": 2},
+            "free": {"prompt": SERVE_PROMPTS[0], "n_predict": 12, "temperature": 0}}
+    conns = {k: srv.connect() for k in reqs}
+    got: dict[str, list[dict[str, Any]]] = {}
+    try:
+        for k, c in conns.items():
+            c.send({"id": k, **reqs[k]})
+
+        def read(k: str) -> None:
+            got[k] = conns[k].until_final({k})[k]
+
+        threads = [threading.Thread(target=read, args=(k,)) for k in conns]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        for c in conns.values():
+            c.close()
+    assert got["yn"][-1]["stop_reason"] == "eos" and text_of(got["yn"]) in (" yes", " no"), got["yn"]
+    num = text_of(got["num"])
+    assert got["num"][-1]["stop_reason"] == "eos" and len(num) == 3 and num.isdigit(), got["num"]
+    assert got["free"][-1]["event"] == "done" and text_of(got["free"]), got["free"]
+    with srv.connect() as c:
+        bad = c.ask({"id": "bad", "prompt": "x", "grammar": 'root ::= "a" b'})[-1]
+    assert bad["code"] == "bad_request" and "undefined rule 'b'" in bad["message"], bad
+    assert srv.health()["status"] == "ok"

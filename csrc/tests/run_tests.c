@@ -1306,6 +1306,76 @@ static void fake_model_make(fake_model *f, int32_t n_ff) {
 /* Shapes whose scratch or KV cache passes 4 GiB: a 32-bit build (armhf) must refuse them with
  * EL_ENOMEM before allocating, never plan or allocate a wrapped size; a 64-bit build plans their
  * true sizes (checked against bounds computed here in 64 bits). */
+/* ---- grammar matcher: a hand-compiled grammar, the trie mask against per-token steps, random bytes ---- */
+static void test_grammar(rng_t *r) {
+    /* root ::= "a" rep | "\u4e2d"   rep ::= [b-d] rep |   (rule 1: `[b-d]*` as the parser writes it) */
+    const int32_t code[] = {EL_GRAM_CHAR, 'a', EL_GRAM_RULE_REF, 1, EL_GRAM_ALT, 0, EL_GRAM_CHAR, 0x4E2D, EL_GRAM_END, 0,
+                            EL_GRAM_CHAR, 'b', EL_GRAM_CHAR_RNG_UPPER, 'd', EL_GRAM_RULE_REF, 1, EL_GRAM_ALT, 0,
+                            EL_GRAM_END, 0};
+    const int32_t starts[] = {0, 5};
+    el_grammar *g = NULL;
+    check(el_grammar_create(code, sizeof code / sizeof code[0], starts, 2, 0, &g) == EL_OK, "grammar create");
+    if (!g) return;
+    const int32_t s0 = el_grammar_start(g);
+    check(s0 >= 0 && el_grammar_state_flags(g, s0) == 0, "grammar start state");
+    const int32_t sa = el_grammar_step(g, s0, (const uint8_t *)"abdc", 4);
+    check(sa >= 0 && el_grammar_state_flags(g, sa) == EL_GRAM_ACCEPTING, "grammar: abdc accepted, more may follow");
+    check(el_grammar_step(g, s0, (const uint8_t *)"ae", 2) == -1, "grammar: ae refused");
+    const int32_t half = el_grammar_step(g, s0, (const uint8_t *)"\xe4\xb8", 2);
+    check(half >= 0 && el_grammar_state_flags(g, half) == 0, "grammar: half a UTF-8 character is pending");
+    const int32_t full = el_grammar_step(g, half, (const uint8_t *)"\xad", 1);
+    check(full >= 0 && el_grammar_state_flags(g, full) == (EL_GRAM_ACCEPTING | EL_GRAM_DONE), "grammar: done after U+4E2D");
+    check(el_grammar_step(g, s0, (const uint8_t *)"\xe0\x80", 2) == -1, "grammar: overlong prefix refused");
+    /* a small vocabulary: the mask equals stepping each token */
+    const char *vocab[] = {"a", "ab", "abc", "b", "", "\xe4", "\xe4\xb8\xad", "ae", "bcd", "a", "dd", "\xb8\xad"};
+    enum { NV = sizeof vocab / sizeof vocab[0] };
+    uint8_t bytes[64];
+    int64_t off[NV + 1] = {0};
+    for (int i = 0; i < NV; i++) {
+        size_t n = strlen(vocab[i]);
+        memcpy(bytes + off[i], vocab[i], n);
+        off[i + 1] = off[i] + (int64_t)n;
+    }
+    el_vocab_trie *t = NULL;
+    check(el_vocab_trie_create(bytes, off, NV, &t) == EL_OK, "vocabulary trie create");
+    if (t) {
+        const int32_t states[] = {s0, sa, half, full};
+        for (int k = 0; k < 4; k++) {
+            uint8_t mask[NV];
+            check(el_grammar_allowed(g, t, states[k], mask, NV) == EL_OK, "grammar mask");
+            for (int i = 0; i < NV; i++) {
+                const size_t n = strlen(vocab[i]);
+                const int want = n > 0 && el_grammar_step(g, states[k], (const uint8_t *)vocab[i], n) >= 0;
+                check(mask[i] == want, "grammar mask state %d token %d: %d, stepping says %d", k, i, mask[i], want);
+            }
+        }
+        uint8_t small[4];
+        check(el_grammar_allowed(g, t, s0, small, 4) == EL_EINVAL, "grammar mask refuses a short buffer");
+        el_vocab_trie_free(t);
+    }
+    /* random bytes from random states never leave memory the matcher owns (sanitizer runs) */
+    for (int i = 0; i < 2000; i++) {
+        uint8_t buf[8];
+        for (int j = 0; j < 8; j++) buf[j] = (uint8_t)(rng_u64(r) & 0xFF);
+        const int32_t st = el_grammar_step(g, s0, buf, 1 + (size_t)(rng_u64(r) % 8));
+        check(st >= -1, "grammar step on random bytes: %d", st);
+    }
+    const int32_t kept = el_grammar_compact(g, sa);
+    check(kept >= 0 && el_grammar_state_flags(g, kept) == EL_GRAM_ACCEPTING &&
+          el_grammar_step(g, kept, (const uint8_t *)"b", 1) >= 0, "grammar compact keeps the state");
+    el_grammar_free(g);
+    /* malformed code is refused */
+    const int32_t bad_ref[] = {EL_GRAM_RULE_REF, 7, EL_GRAM_END, 0};
+    const int32_t no_end[] = {EL_GRAM_CHAR, 'a', EL_GRAM_ALT, 0};
+    const int32_t lone_upper[] = {EL_GRAM_CHAR_RNG_UPPER, 'a', EL_GRAM_END, 0};
+    const int32_t s1[] = {0};
+    el_grammar *bad = NULL;
+    check(el_grammar_create(bad_ref, 4, s1, 1, 0, &bad) == EL_EINVAL && !bad, "grammar: bad rule reference refused");
+    check(el_grammar_create(no_end, 4, s1, 1, 0, &bad) == EL_EINVAL, "grammar: missing END refused");
+    check(el_grammar_create(lone_upper, 4, s1, 1, 0, &bad) == EL_EINVAL, "grammar: range without a start refused");
+    check(el_grammar_create(bad_ref, 3, s1, 1, 0, &bad) == EL_EINVAL, "grammar: odd code length refused");
+}
+
 static void test_size_overflow(rng_t *r) {
     (void)r;
     const int narrow = sizeof(size_t) < 8;
@@ -1966,7 +2036,7 @@ int main(int argc, char **argv) {
                 {"dequant/quant", test_dequant_quant}, {"matmul", test_matmul},   {"ops", test_ops},
                 {"attention", test_attention}, {"vec_dot_nv", test_vec_dot_nv}, {"batch == single", test_matmul_batch},
                 {"pool", test_pool}, {"llama.cpp order", test_llamacpp_order}, {"model/threads", test_threads},
-                {"size overflow", test_size_overflow}, {"sequences", test_sequences},
+                {"size overflow", test_size_overflow}, {"sequences", test_sequences}, {"grammar", test_grammar},
             };
             for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
                 const int f0 = g_fail, p0 = g_pass;

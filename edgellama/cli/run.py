@@ -58,6 +58,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--prompt-cache", metavar="FILE", default=None,
                    help="reuse the KV cache saved in FILE when the prompt starts with its tokens; save it after "
                         "the prompt is evaluated")
+    g = p.add_argument_group("constrained output (llama.cpp's GBNF grammars, docs/grammar.md)")
+    g.add_argument("--grammar", metavar="GBNF", default=None, help="only generate text this GBNF grammar accepts")
+    g.add_argument("--grammar-file", metavar="FILE", default=None,
+                   help="the grammar from FILE, or a bundled one by name: " + ", ".join(_bundled()))
+    g.add_argument("-j", "--json-schema", metavar="SCHEMA", default=None,
+                   help="only generate JSON valid under this JSON Schema (JSON text, or @FILE)")
     s = p.add_argument_group("sampling (llama.cpp's chain: penalties, top-k, top-p, min-p, temperature)")
     s.add_argument("--temp", type=float, default=0.8, help="temperature; 0 = greedy (default: %(default)s)")
     s.add_argument("--top-k", type=int, default=40, help="top-k sampling, 0 = off (default: %(default)s)")
@@ -73,6 +79,12 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--mirostat-ent", type=float, default=5.0, help="mirostat target entropy, tau (default: %(default)s)")
     s.add_argument("-s", "--seed", type=int, default=-1, help="RNG seed, -1 = random, printed (default: %(default)s)")
     p.set_defaults(handler=run)
+
+
+def _bundled() -> list[str]:
+    from edgellama.grammar import bundled_names
+
+    return bundled_names()
 
 
 def _prompt_text(args: argparse.Namespace) -> str:
@@ -168,6 +180,9 @@ def _run(args: argparse.Namespace) -> int:
                            mirostat=args.mirostat, mirostat_lr=args.mirostat_lr,
                            mirostat_ent=args.mirostat_ent, seed=args.seed)
     params.validate()
+    from edgellama.grammar import grammar_from_args
+
+    grammar = grammar_from_args(args.grammar, args.grammar_file, args.json_schema)  # refused before the model loads
     reads_stdin = interactive or (args.single_turn and conversation and not text)
     if not text and not reads_stdin and not chat:
         raise ValueError("no prompt: give -p TEXT, -f FILE or -i")
@@ -249,7 +264,12 @@ def _run(args: argparse.Namespace) -> int:
                 def on_prompt() -> None:
                     llm.save_session(args.prompt_cache)
             first_turn_cache = False
-            for ev in llm.generate(ids, sampler, args.n_predict, stop_ids=set() if args.ignore_eos else None,
+            turn_sampler = sampler
+            if grammar is not None:  # each answer starts at the grammar's root
+                from edgellama.grammar import constrain
+
+                turn_sampler = constrain(sampler, grammar, tok)
+            for ev in llm.generate(ids, turn_sampler, args.n_predict, stop_ids=set() if args.ignore_eos else None,
                                    should_stop=lambda hit=hit: bool(hit), on_prompt=on_prompt):
                 piece = ev.text
                 reply += piece

@@ -54,6 +54,9 @@ class Completion:
     stream: bool = True
     cache_prompt: bool = True
     special: bool = False  # parse special tokens written in a raw prompt
+    grammar: str | None = None  # GBNF text (docs/grammar.md)
+    json_schema: Any = None  # a JSON Schema object, turned into a grammar
+    constraint: Any = None  # the parsed grammar of either (edgellama.grammar.Grammar), checked at parse time
 
 
 @dataclass
@@ -81,7 +84,7 @@ _FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
     "cache_prompt": ((bool,), "true or false"),
     "special": ((bool,), "true or false"),
 }
-_COMPLETION_KEYS = {"type", "id", "prompt", "messages", "stop", *_FIELDS}
+_COMPLETION_KEYS = {"type", "id", "prompt", "messages", "stop", "grammar", "json_schema", *_FIELDS}
 _CONTROL_KEYS = {"type", "id"}
 TYPES = ("completion", "health", "metrics", "cancel")
 
@@ -163,7 +166,31 @@ def _completion(obj: dict[str, Any], req_id: str | int) -> Completion:
                             req_id)
     req.stop = stop
     _check_ranges(req)
+    _constraint(obj, req)
     return req
+
+
+def _constraint(obj: dict[str, Any], req: Completion) -> None:
+    """`grammar` (GBNF text) or `json_schema` (an object): parsed here, so a bad one is a bad_request
+    naming the problem before the request is queued."""
+    grammar, schema = obj.get("grammar"), obj.get("json_schema")
+    if grammar is not None:
+        _check_type("grammar", grammar, (str,), "a string (GBNF)", req.id)
+    if schema is not None and not isinstance(schema, (dict, bool)):
+        raise ProtocolError(BAD_REQUEST, "field 'json_schema' must be a JSON Schema object", req.id)
+    if grammar and schema is not None:
+        raise ProtocolError(BAD_REQUEST, "give 'grammar' or 'json_schema', not both", req.id)
+    if not grammar and schema is None:
+        return
+    from edgellama.grammar import GrammarError, SchemaError, grammar_from_schema, parse
+
+    try:
+        req.constraint = parse(grammar) if grammar else grammar_from_schema(schema)
+    except (GrammarError, SchemaError) as exc:
+        raise ProtocolError(BAD_REQUEST, f"{'grammar' if grammar else 'json_schema'}: {exc}", req.id) from None
+    except RecursionError:
+        raise ProtocolError(BAD_REQUEST, "grammar or json_schema nested too deep", req.id) from None
+    req.grammar, req.json_schema = grammar or None, schema
 
 
 def _check_ranges(r: Completion) -> None:

@@ -207,6 +207,7 @@ class Scheduler:
             self._serve_slots()
             self.llm.close()
             return
+        from edgellama.grammar.matcher import GrammarDeadEnd
         from edgellama.llm import ContextFull
 
         while True:
@@ -223,6 +224,8 @@ class Scheduler:
             except ContextFull as exc:  # a context shift that cannot make room (--no-context-shift, --keep)
                 self._finish(job, P.error_event(job.req.id, P.CONTEXT, str(exc)))
                 self.llm.reset()
+            except GrammarDeadEnd as exc:  # the request's grammar needs a character no token has
+                self._finish(job, P.error_event(job.req.id, P.BAD_REQUEST, f"grammar: {exc}"))
             except Exception as exc:  # noqa: BLE001 - an engine failure ends this request, not the service
                 log.error("request failed: %s", exc, extra={"fields": {"id": job.req.id,
                                                                        "trace": traceback.format_exc()}})
@@ -241,6 +244,7 @@ class Scheduler:
         """Each step: admit queued requests into idle slots, end cancelled ones, then one forward pass
         over every active slot (decode tokens first, prompt chunks within the batch) and a sampling
         step for each slot whose logits came back."""
+        from edgellama.grammar.matcher import GrammarDeadEnd
         from edgellama.service.slot_request import SlotRequest
 
         active: dict[int, SlotRequest] = {}
@@ -274,7 +278,11 @@ class Scheduler:
             for i, why in failed.items():  # a slot whose context cannot make room (--no-context-shift, --keep)
                 self._end(active, i, error=P.error_event(active[i].job.req.id, P.CONTEXT, str(why)))
             for i, logits in ready.items():
-                tok, reason = active[i].on_logits(logits)
+                try:
+                    tok, reason = active[i].on_logits(logits)
+                except GrammarDeadEnd as exc:  # this request's grammar needs a character no token has
+                    self._end(active, i, error=P.error_event(active[i].job.req.id, P.BAD_REQUEST, f"grammar: {exc}"))
+                    continue
                 if reason is not None:
                     self._end(active, i, reason)
                 else:
@@ -395,7 +403,11 @@ class Scheduler:
         n_predict = self.cfg.max_tokens if req.n_predict < 0 else min(req.n_predict, self.cfg.max_tokens)
         params = SamplerParams(temp=req.temperature, top_k=req.top_k, top_p=req.top_p, min_p=req.min_p,
                                repeat_penalty=req.repeat_penalty, repeat_last_n=req.repeat_last_n, seed=req.seed)
-        sampler = Sampler(params, llm.n_ctx)
+        sampler: Any = Sampler(params, llm.n_ctx)
+        if req.constraint is not None:
+            from edgellama.grammar import constrain
+
+            sampler = constrain(sampler, req.constraint, llm.tokenizer)
         if not req.cache_prompt:
             llm.reset()
 

@@ -34,9 +34,14 @@ class SlotRequest:
         self.n_predict = max_tokens if req.n_predict < 0 else min(req.n_predict, max_tokens)
         params = SamplerParams(temp=req.temperature, top_k=req.top_k, top_p=req.top_p, min_p=req.min_p,
                                repeat_penalty=req.repeat_penalty, repeat_last_n=req.repeat_last_n, seed=req.seed)
-        self.sampler = Sampler(params, llm.n_ctx)
+        self.sampler: Any = Sampler(params, llm.n_ctx)
+        if req.constraint is not None:  # a grammar or JSON schema, compiled when the request arrived
+            from edgellama.grammar import constrain
+
+            self.sampler = constrain(self.sampler, req.constraint, llm.tokenizer)
+        accept_prompt = getattr(self.sampler, "accept_prompt", self.sampler.accept)  # a grammar starts at the output
         for t in ids:
-            self.sampler.accept(t)
+            accept_prompt(t)
         self.eot: set[int] = set(llm.tokenizer.eot_ids)
         self.dec = StreamDecoder(llm.tokenizer)
         self.t_start = t_start
@@ -46,7 +51,8 @@ class SlotRequest:
         self.log_prompts = log_prompts
 
     def on_logits(self, logits: npt.NDArray[np.float32]) -> tuple[int | None, str | None]:
-        """The slot's next logits: (token to feed, None) to go on, or (None, stop reason) to end."""
+        """The slot's next logits: (token to feed, None) to go on, or (None, stop reason) to end. Raises
+        GrammarDeadEnd when the request's grammar needs a character no token has."""
         from edgellama.service.scheduler import _split_stop
 
         job, req = self.job, self.job.req
@@ -68,6 +74,8 @@ class SlotRequest:
         self._send(out)
         if hit:
             return None, "stop"
+        if getattr(self.sampler, "finished", False):  # the grammar is complete: nothing more may follow
+            return None, "eos"  # as Scheduler._run reports it
         if len(self.slot.tokens) >= self.n_ctx and not self.context_shift:  # as LLM.generate
             return None, "context"
         return tok, None

@@ -86,8 +86,7 @@ def _neutral(obj: dict[str, Any]) -> None:
 
 def grammar_fields(obj: dict[str, Any]) -> dict[str, Any]:
     """llama-server's `grammar` / `json_schema` and OpenAI's `response_format` -> protocol v1's `grammar` /
-    `json_schema` request fields (issue 20). Whether they are served is protocol v1's decision: until the
-    grammar sampler lands there, parse_line refuses them as unknown fields, naming the field."""
+    `json_schema` request fields; protocol v1 parses them (a bad grammar or schema is a 400 naming it)."""
     out: dict[str, Any] = {}
     if obj.get("grammar") not in (None, ""):
         out["grammar"] = obj["grammar"]

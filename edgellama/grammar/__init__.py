@@ -1,0 +1,78 @@
+"""Grammar-constrained decoding: GBNF grammars (llama.cpp's format) and JSON Schema.
+
+`grammar_from_args` turns what a user gives (GBNF text, a bundled grammar's name or a file, a JSON
+Schema) into a parsed Grammar; `constrain` wraps a sampler so every token keeps the output inside it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from edgellama.grammar.json_schema import SchemaError, schema_to_gbnf
+from edgellama.grammar.parser import Grammar, GrammarError, parse
+
+BUNDLED = Path(__file__).resolve().parent.parent / "grammars"
+
+__all__ = ["BUNDLED", "Grammar", "GrammarError", "SchemaError", "bundled_names", "constrain", "grammar_file",
+           "grammar_from_args", "grammar_from_schema", "parse", "schema_to_gbnf"]
+
+
+def bundled_names() -> list[str]:
+    return sorted(p.stem for p in BUNDLED.glob("*.gbnf"))
+
+
+def grammar_file(name: str) -> str:
+    """GBNF text of a file, or of a bundled grammar by name (`json`, `list`, ...)."""
+    path = Path(name)
+    if not path.is_file():
+        stem = name.removesuffix(".gbnf")
+        bundled = BUNDLED / f"{stem}.gbnf"
+        if "/" in name or not bundled.is_file():
+            raise GrammarError(f"grammar file {name!r} not found (bundled grammars: {', '.join(bundled_names())})")
+        path = bundled
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GrammarError(f"cannot read grammar file {path}: {exc}") from None
+
+
+def grammar_from_schema(schema: Any) -> Grammar:
+    """A JSON Schema (dict or JSON text) -> Grammar."""
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as exc:
+            raise SchemaError(f"the JSON schema is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") \
+                from None
+    return parse(schema_to_gbnf(schema))
+
+
+def grammar_from_args(grammar: str | None = None, grammar_file_name: str | None = None,
+                      json_schema: Any = None) -> Grammar | None:
+    """At most one of: GBNF text, a grammar file (or bundled name), a JSON Schema (dict, JSON text, or
+    @FILE). None when none is given. Raises GrammarError / SchemaError naming the problem."""
+    given = [x is not None and x != "" for x in (grammar, grammar_file_name, json_schema)]
+    if sum(given) > 1:
+        raise GrammarError("give one of a grammar, a grammar file or a JSON schema")
+    if grammar:
+        return parse(grammar)
+    if grammar_file_name:
+        return parse(grammar_file(grammar_file_name))
+    if json_schema is not None and json_schema != "":
+        if isinstance(json_schema, str) and json_schema.startswith("@"):
+            try:
+                json_schema = Path(json_schema[1:]).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise SchemaError(f"cannot read the JSON schema file {json_schema[1:]}: {exc}") from None
+        return grammar_from_schema(json_schema)
+    return None
+
+
+def constrain(sampler: Any, grammar: Grammar, tokenizer: Any) -> Any:
+    """sampler wrapped so that it only draws tokens that keep the output inside grammar."""
+    from edgellama.grammar.matcher import GrammarMatcher, vocab_trie
+    from edgellama.grammar.sampler import GrammarSampler
+
+    return GrammarSampler(sampler, GrammarMatcher(grammar, vocab_trie(tokenizer), set(tokenizer.eot_ids)))
