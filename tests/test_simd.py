@@ -44,7 +44,7 @@ QUANT_BYTES: dict[int, list[tuple[int, int]]] = {
 # for vec_dot and quantize_act an entry other than the scalar one; for the batch entries (NULL in the
 # scalar table) any entry at all. A test needing an entry fails when the table expects it and it is
 # NULL, and test_kernel_tables_hold_what_each_isa_is_supposed_to_have fails on any entry the table
-# does not list, so the table cannot go stale. NEON has no batch kernels yet (issue 21).
+# does not list, so the table cannot go stale. NEON's batch kernels for prefill are issue 21's other part.
 LEGACY = {T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0}
 K_QUANTS = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K}
 ACT_TYPES = {T.Q8_0, T.Q8_1, T.Q8_K}
@@ -60,7 +60,7 @@ NEON_KERNELS: dict[str, set[int]] = {
     "quantize_act": ACT_TYPES,
     "vec_dot_nv": set(),
     "vec_dot_tile": set(),
-    "vec_dot_rows": set(),
+    "vec_dot_rows": LEGACY | K_QUANTS,
 }
 ISA_KERNELS: dict[str, dict[str, set[int]]] = {
     "avx2": AVX2_KERNELS,

@@ -1,0 +1,483 @@
+/* arch/neon_rows.c - vec_dot_rows for NEON (decode's matvec): EL_MV_ROWS = 4 weight rows against one
+ * activation row. Each activation vector is loaded once for the 4 rows, the 4 rows' integer sums are
+ * gathered into one vector by pairwise adds, and the per-block float update runs once for the 4 rows
+ * as lanes of one vector. Compiled twice like neon.c: plain (A72) and, through neon_rows_dotprod.c,
+ * with EL_NEON_DOTPROD (vdotq_s32, A76).
+ *
+ * Exactness (the contract of dispatch.h: out[r] has the bits of vec_dot on row r): the integer sums
+ * are exact (only their association differs, which integers do not see), and lane r of every float
+ * vector operation computes the very expression neon.c / the scalar reference compute for row r, in
+ * the same order, without contraction (the float vector operations here are separate multiplies and
+ * adds; each lane is an IEEE single operation like the scalar one). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "../dispatch.h"
+
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "neon_common.h"
+
+#define R EL_MV_ROWS
+#if EL_MV_ROWS != 4
+#error "neon_rows.c gathers exactly 4 rows per vector"
+#endif
+
+/* ---------------- shared steps ---------------- */
+
+/* [sum of p0's lanes, p1's, p2's, p3's] */
+static inline int32x4_t hsum4(const int32x4_t p[4]) {
+    return vpaddq_s32(vpaddq_s32(p[0], p[1]), vpaddq_s32(p[2], p[3]));
+}
+
+typedef uint16_t u16_unaligned __attribute__((aligned(1), may_alias));
+
+/* the F16 at byte off of each row's block, as 4 float lanes (exact) */
+static inline float32x4_t ld_f16_rows(const uint8_t *const p[4], size_t off) {
+    uint16x4_t h = vdup_n_u16(0);
+    h = vset_lane_u16(*(const u16_unaligned *)(p[0] + off), h, 0);
+    h = vset_lane_u16(*(const u16_unaligned *)(p[1] + off), h, 1);
+    h = vset_lane_u16(*(const u16_unaligned *)(p[2] + off), h, 2);
+    h = vset_lane_u16(*(const u16_unaligned *)(p[3] + off), h, 3);
+    return vcvt_f32_f16(vreinterpret_f16_u16(h));
+}
+
+/* Sum of the 32 products w0 * a0 + w1 * a1 added to acc, for weights with |w| <= 63: without dotprod,
+ * 4 products per 16-bit lane stay below 2^15 (4 * 63 * 128), so one widening step serves 32 values. */
+static inline int32x4_t dot32_small(int32x4_t acc, int8x16_t w0, int8x16_t a0, int8x16_t w1, int8x16_t a1) {
+#ifdef EL_NEON_DOTPROD
+    return vdotq_s32(vdotq_s32(acc, w0, a0), w1, a1);
+#else
+    int16x8_t p = vmull_s8(vget_low_s8(w0), vget_low_s8(a0));
+    p = vmlal_high_s8(p, w0, a0);
+    p = vmlal_s8(p, vget_low_s8(w1), vget_low_s8(a1));
+    p = vmlal_high_s8(p, w1, a1);
+    return vpadalq_s16(acc, p);
+#endif
+}
+
+/* acc += sc * (sum of the 32 products w0 * a0 + w1 * a1), |w| <= 63 */
+static inline int32x4_t dot32_scaled(int32x4_t acc, int8x16_t w0, int8x16_t a0, int8x16_t w1, int8x16_t a1,
+                                     int32_t sc) {
+#ifdef EL_NEON_DOTPROD
+    return vmlaq_n_s32(acc, vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, a0), w1, a1), sc);
+#else
+    int16x8_t p = vmull_s8(vget_low_s8(w0), vget_low_s8(a0));
+    p = vmlal_high_s8(p, w0, a0);
+    p = vmlal_s8(p, vget_low_s8(w1), vget_low_s8(a1));
+    p = vmlal_high_s8(p, w1, a1);
+    acc = vmlal_n_s16(acc, vget_low_s16(p), (int16_t)sc);
+    return vmlal_high_n_s16(acc, p, (int16_t)sc);
+#endif
+}
+
+/* acc += sc * (sum of the 16 products w * a), |w| <= 63, sc an int8 */
+static inline int32x4_t dot16_scaled(int32x4_t acc, int8x16_t w, int8x16_t a, int32_t sc) {
+#ifdef EL_NEON_DOTPROD
+    return vmlaq_n_s32(acc, vdotq_s32(vdupq_n_s32(0), w, a), sc);
+#else
+    const int16x8_t p = vmlal_high_s8(vmull_s8(vget_low_s8(w), vget_low_s8(a)), w, a);
+    acc = vmlal_n_s16(acc, vget_low_s16(p), (int16_t)sc);
+    return vmlal_high_n_s16(acc, p, (int16_t)sc);
+#endif
+}
+
+/* sum of the 32 int8 activations of a block (|sum| <= 4096) */
+static inline int32_t sum32(int8x16_t a0, int8x16_t a1) {
+    return vaddvq_s16(vaddq_s16(vpaddlq_s8(a0), vpaddlq_s8(a1)));
+}
+
+/* the row pointers: row r's blocks start at w + r * ws; next() moves all 4 to their next block */
+static inline void rows_at(const void *w, size_t ws, const uint8_t *p[4]) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) p[r] = (const uint8_t *)w + r * ws;
+}
+static inline void next(const uint8_t *p[4], size_t block_bytes) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) p[r] += block_bytes;
+}
+
+/* ---------------- 32-value blocks ---------------- */
+
+static void EL_FN(q8_0_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
+    const uint8_t *pa = a;
+    float32x4_t sumf = vdupq_n_f32(0.0f);
+    const uint8_t *p[4];
+    rows_at(w, ws, p);
+    for (size_t i = 0; i < n / QK8_0; i++, next(p, sizeof(block_q8_0)), pa += sizeof(block_q8_0)) {
+        const int8x16_t a0 = ld_s8(pa + 2), a1 = ld_s8(pa + 18);
+        int32x4_t s[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) s[r] = dot_s8(dot_s8(vdupq_n_s32(0), ld_s8(p[r] + 2), a0), ld_s8(p[r] + 18), a1);
+        /* row r: sumf += (float)sumi * (d_w * d_a) */
+        const float32x4_t d = vmulq_n_f32(ld_f16_rows(p, 0), ld_f16(pa));
+        sumf = vaddq_f32(sumf, vmulq_f32(vcvtq_f32_s32(hsum4(s)), d));
+    }
+    vst1q_f32(out, sumf);
+}
+
+/* Q4_0 / Q5_0 levels are stored + 8 / + 16: sum (q - o) a = sum q a - o sum a, the second term shared by
+ * the 4 rows (exact integers, so the same sumi as the reference) */
+static void EL_FN(q4_0_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
+    const uint8_t *pa = a;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    float32x4_t sumf = vdupq_n_f32(0.0f);
+    const uint8_t *p[4];
+    rows_at(w, ws, p);
+    for (size_t i = 0; i < n / QK4_0; i++, next(p, sizeof(block_q4_0)), pa += sizeof(block_q8_0)) {
+        const int8x16_t a0 = ld_s8(pa + 2), a1 = ld_s8(pa + 18);
+        int32x4_t s[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8x16_t qs = vld1q_u8(p[r] + 2);
+            s[r] = dot32_small(vdupq_n_s32(0), as_s8(vandq_u8(qs, m4)), a0, as_s8(vshrq_n_u8(qs, 4)), a1);
+        }
+        const int32x4_t sumi = vsubq_s32(hsum4(s), vdupq_n_s32(8 * sum32(a0, a1)));
+        const float32x4_t d = vmulq_n_f32(ld_f16_rows(p, 0), ld_f16(pa));
+        sumf = vaddq_f32(sumf, vmulq_f32(vcvtq_f32_s32(sumi), d));
+    }
+    vst1q_f32(out, sumf);
+}
+
+static void EL_FN(q5_0_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
+    const uint8_t *pa = a;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    float32x4_t sumf = vdupq_n_f32(0.0f);
+    const uint8_t *p[4];
+    rows_at(w, ws, p);
+    for (size_t i = 0; i < n / QK5_0; i++, next(p, sizeof(block_q5_0)), pa += sizeof(block_q8_0)) {
+        const int8x16_t a0 = ld_s8(pa + 2), a1 = ld_s8(pa + 18);
+        int32x4_t s[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            uint32_t qh;
+            memcpy(&qh, p[r] + 2, 4);
+            const uint8x16_t qs = vld1q_u8(p[r] + 6);
+            const int8x16_t w0 = as_s8(vorrq_u8(vandq_u8(qs, m4), q5_high_bits(qh, 0)));
+            const int8x16_t w1 = as_s8(vorrq_u8(vshrq_n_u8(qs, 4), q5_high_bits(qh, 1)));
+            s[r] = dot32_small(vdupq_n_s32(0), w0, a0, w1, a1);
+        }
+        const int32x4_t sumi = vsubq_s32(hsum4(s), vdupq_n_s32(16 * sum32(a0, a1)));
+        const float32x4_t d = vmulq_n_f32(ld_f16_rows(p, 0), ld_f16(pa));
+        sumf = vaddq_f32(sumf, vmulq_f32(vcvtq_f32_s32(sumi), d));
+    }
+    vst1q_f32(out, sumf);
+}
+
+/* row r: sumf += (d_w * d_a) * (float)sumi + m_w * s_a */
+static inline float32x4_t q_1_update(float32x4_t sumf, const uint8_t *const p[4], const uint8_t *pa, int32x4_t sumi) {
+    const float32x4_t d = vmulq_n_f32(ld_f16_rows(p, 0), ld_f16(pa));
+    const float32x4_t m = vmulq_n_f32(ld_f16_rows(p, 2), ld_f16(pa + 2));
+    return vaddq_f32(sumf, vaddq_f32(vmulq_f32(d, vcvtq_f32_s32(sumi)), m));
+}
+
+static void EL_FN(q4_1_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
+    const uint8_t *pa = a;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    float32x4_t sumf = vdupq_n_f32(0.0f);
+    const uint8_t *p[4];
+    rows_at(w, ws, p);
+    for (size_t i = 0; i < n / QK4_1; i++, next(p, sizeof(block_q4_1)), pa += sizeof(block_q8_1)) {
+        const int8x16_t a0 = ld_s8(pa + 4), a1 = ld_s8(pa + 20);
+        int32x4_t s[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8x16_t qs = vld1q_u8(p[r] + 4);
+            s[r] = dot32_small(vdupq_n_s32(0), as_s8(vandq_u8(qs, m4)), a0, as_s8(vshrq_n_u8(qs, 4)), a1);
+        }
+        sumf = q_1_update(sumf, p, pa, hsum4(s));
+    }
+    vst1q_f32(out, sumf);
+}
+
+static void EL_FN(q5_1_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
+    const uint8_t *pa = a;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    float32x4_t sumf = vdupq_n_f32(0.0f);
+    const uint8_t *p[4];
+    rows_at(w, ws, p);
+    for (size_t i = 0; i < n / QK5_1; i++, next(p, sizeof(block_q5_1)), pa += sizeof(block_q8_1)) {
+        const int8x16_t a0 = ld_s8(pa + 4), a1 = ld_s8(pa + 20);
+        int32x4_t s[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            uint32_t qh;
+            memcpy(&qh, p[r] + 4, 4);
+            const uint8x16_t qs = vld1q_u8(p[r] + 8);
+            const int8x16_t w0 = as_s8(vorrq_u8(vandq_u8(qs, m4), q5_high_bits(qh, 0)));
+            const int8x16_t w1 = as_s8(vorrq_u8(vshrq_n_u8(qs, 4), q5_high_bits(qh, 1)));
+            s[r] = dot32_small(vdupq_n_s32(0), w0, a0, w1, a1);
+        }
+        sumf = q_1_update(sumf, p, pa, hsum4(s));
+    }
+    vst1q_f32(out, sumf);
+}
+
+/* ---------------- K-quants x Q8_K ---------------- */
+
+/* the 8 products bsums-pair * min of one row, as lanes to be summed: sum_j pairs[j] * mn[j] */
+static inline int32x4_t k4_min_lanes(int16x8_t pairs, const uint8_t mn[8]) {
+    const int16x8_t m = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mn)));
+    return vmlal_high_s16(vmull_s16(vget_low_s16(pairs), vget_low_s16(m)), pairs, m);
+}
+
+/* the activation's bsums summed in pairs: the 8 sums of its 32-value sub-blocks (|sum| <= 4096) */
+static inline int16x8_t q8K_pairs(const uint8_t *pa) {
+    const int16x8_t b0 = vreinterpretq_s16_u8(vld1q_u8(pa + Q8K_BSUMS));
+    const int16x8_t b1 = vreinterpretq_s16_u8(vld1q_u8(pa + Q8K_BSUMS + 16));
+    return vpaddq_s16(b0, b1);
+}
+
+/* row r: sumf += d * (float)isum - dmin * (float)summ with d = d_w * d_a, dmin = dmin_w * d_a */
+static inline float32x4_t k4_update(float32x4_t sumf, const uint8_t *const p[4], size_t off_d, size_t off_dmin,
+                                    float da, int32x4_t isum, int32x4_t summ) {
+    const float32x4_t d = vmulq_n_f32(ld_f16_rows(p, off_d), da);
+    const float32x4_t dmin = vmulq_n_f32(ld_f16_rows(p, off_dmin), da);
+    return vaddq_f32(sumf, vsubq_f32(vmulq_f32(d, vcvtq_f32_s32(isum)), vmulq_f32(dmin, vcvtq_f32_s32(summ))));
+}
+
+static void EL_FN(q4_K_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
+    const uint8_t *pa = a;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    float32x4_t sumf = vdupq_n_f32(0.0f);
+    const uint8_t *p[4];
+    rows_at(w, ws, p);
+    for (size_t i = 0; i < n / QK_K; i++, next(p, sizeof(block_q4_K)), pa += sizeof(block_q8_K)) {
+        uint8_t sc[4][8], mn[4][8];
+        int32x4_t acc[4], ms[4];
+        const int16x8_t pairs = q8K_pairs(pa);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            k4_scales_mins(p[r] + offsetof(block_q4_K, scales), sc[r], mn[r]);
+            ms[r] = k4_min_lanes(pairs, mn[r]);
+            acc[r] = vdupq_n_s32(0);
+        }
+        /* 64 values per step: low nibbles of 32 bytes are sub-block 2c, high nibbles 2c + 1 */
+        for (int c = 0; c < QK_K / 64; c++) {
+            const uint8_t *aq = pa + Q8K_QS + 64 * c;
+            const int8x16_t a0 = ld_s8(aq), a1 = ld_s8(aq + 16), a2 = ld_s8(aq + 32), a3 = ld_s8(aq + 48);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const uint8_t *qs = p[r] + offsetof(block_q4_K, qs) + 32 * c;
+                const uint8x16_t q0 = vld1q_u8(qs), q1 = vld1q_u8(qs + 16);
+                acc[r] = dot32_scaled(acc[r], as_s8(vandq_u8(q0, m4)), a0, as_s8(vandq_u8(q1, m4)), a1, sc[r][2 * c]);
+                acc[r] = dot32_scaled(acc[r], as_s8(vshrq_n_u8(q0, 4)), a2, as_s8(vshrq_n_u8(q1, 4)), a3,
+                                      sc[r][2 * c + 1]);
+            }
+        }
+        sumf = k4_update(sumf, p, offsetof(block_q4_K, d), offsetof(block_q4_K, dmin), ld_f32(pa), hsum4(acc), hsum4(ms));
+    }
+    vst1q_f32(out, sumf);
+}
+
+static void EL_FN(q5_K_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
+    const uint8_t *pa = a;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F), one = vdupq_n_u8(1), two = vdupq_n_u8(2);
+    float32x4_t sumf = vdupq_n_f32(0.0f);
+    const uint8_t *p[4];
+    rows_at(w, ws, p);
+    for (size_t i = 0; i < n / QK_K; i++, next(p, sizeof(block_q5_K)), pa += sizeof(block_q8_K)) {
+        uint8_t sc[4][8], mn[4][8];
+        int32x4_t acc[4], ms[4];
+        uint8x16_t h0[4], h1[4];
+        const int16x8_t pairs = q8K_pairs(pa);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            k4_scales_mins(p[r] + offsetof(block_q5_K, scales), sc[r], mn[r]);
+            ms[r] = k4_min_lanes(pairs, mn[r]);
+            acc[r] = vdupq_n_s32(0);
+            h0[r] = vld1q_u8(p[r] + offsetof(block_q5_K, qh));
+            h1[r] = vld1q_u8(p[r] + offsetof(block_q5_K, qh) + 16);
+        }
+        /* bit 2c of qh[l] is the 5th bit of value 64c + l, bit 2c + 1 that of value 64c + 32 + l */
+        for (int c = 0; c < QK_K / 64; c++) {
+            const uint8_t *aq = pa + Q8K_QS + 64 * c;
+            const int8x16_t a0 = ld_s8(aq), a1 = ld_s8(aq + 16), a2 = ld_s8(aq + 32), a3 = ld_s8(aq + 48);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const uint8_t *qs = p[r] + offsetof(block_q5_K, qs) + 32 * c;
+                const uint8x16_t q0 = vld1q_u8(qs), q1 = vld1q_u8(qs + 16);
+                const uint8x16_t l0 = vorrq_u8(vandq_u8(q0, m4), vshlq_n_u8(vandq_u8(h0[r], one), 4));
+                const uint8x16_t l1 = vorrq_u8(vandq_u8(q1, m4), vshlq_n_u8(vandq_u8(h1[r], one), 4));
+                const uint8x16_t u0 = vorrq_u8(vshrq_n_u8(q0, 4), vshlq_n_u8(vandq_u8(h0[r], two), 3));
+                const uint8x16_t u1 = vorrq_u8(vshrq_n_u8(q1, 4), vshlq_n_u8(vandq_u8(h1[r], two), 3));
+                acc[r] = dot32_scaled(acc[r], as_s8(l0), a0, as_s8(l1), a1, sc[r][2 * c]);
+                acc[r] = dot32_scaled(acc[r], as_s8(u0), a2, as_s8(u1), a3, sc[r][2 * c + 1]);
+                h0[r] = vshrq_n_u8(h0[r], 2);
+                h1[r] = vshrq_n_u8(h1[r], 2);
+            }
+        }
+        sumf = k4_update(sumf, p, offsetof(block_q5_K, d), offsetof(block_q5_K, dmin), ld_f32(pa), hsum4(acc), hsum4(ms));
+    }
+    vst1q_f32(out, sumf);
+}
+
+/* row r: sumf += (d_w * d_a) * (float)isum */
+static inline float32x4_t k_update(float32x4_t sumf, const uint8_t *const p[4], size_t off_d, float da, int32x4_t isum) {
+    return vaddq_f32(sumf, vmulq_f32(vmulq_n_f32(ld_f16_rows(p, off_d), da), vcvtq_f32_s32(isum)));
+}
+
+static void EL_FN(q6_K_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
+    const uint8_t *pa = a;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F), m2 = vdupq_n_u8(0x03), m2h = vdupq_n_u8(0x30);
+    const int8x16_t k32 = vdupq_n_s8(32);
+    float32x4_t sumf = vdupq_n_f32(0.0f);
+    const uint8_t *p[4];
+    rows_at(w, ws, p);
+    for (size_t i = 0; i < n / QK_K; i++, next(p, sizeof(block_q6_K)), pa += sizeof(block_q8_K)) {
+        int32x4_t acc[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) acc[r] = vdupq_n_s32(0);
+        /* per 128 values (neon.c's layout): value l (l < 32) = low nibble of ql[l] | bits 0-1 of qh[l] << 4,
+         * l + 32: low nibble of ql[l + 32] | bits 2-3, l + 64: high nibble of ql[l] | bits 4-5, l + 96:
+         * high nibble of ql[l + 32] | bits 6-7; levels stored + 32, one scale per 16 values */
+        for (int c = 0; c < QK_K / 128; c++) {
+            const uint8_t *aq = pa + Q8K_QS + 128 * c;
+            int8x16_t av[8];
+            for (int g = 0; g < 8; g++) av[g] = ld_s8(aq + 16 * g);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const uint8_t *ql = p[r] + offsetof(block_q6_K, ql) + 64 * c;
+                const uint8_t *qh = p[r] + offsetof(block_q6_K, qh) + 32 * c;
+                const int8_t *sc = (const int8_t *)(p[r] + offsetof(block_q6_K, scales)) + 8 * c;
+                const uint8x16_t l0 = vld1q_u8(ql), l1 = vld1q_u8(ql + 16), l2 = vld1q_u8(ql + 32), l3 = vld1q_u8(ql + 48);
+                const uint8x16_t h0 = vld1q_u8(qh), h1 = vld1q_u8(qh + 16);
+                const uint8x16_t h0s = vshrq_n_u8(h0, 2), h1s = vshrq_n_u8(h1, 2);
+                int8x16_t v[8];
+                v[0] = as_s8(vorrq_u8(vandq_u8(l0, m4), vshlq_n_u8(vandq_u8(h0, m2), 4)));
+                v[1] = as_s8(vorrq_u8(vandq_u8(l1, m4), vshlq_n_u8(vandq_u8(h1, m2), 4)));
+                v[2] = as_s8(vorrq_u8(vandq_u8(l2, m4), vshlq_n_u8(vandq_u8(h0s, m2), 4)));
+                v[3] = as_s8(vorrq_u8(vandq_u8(l3, m4), vshlq_n_u8(vandq_u8(h1s, m2), 4)));
+                v[4] = as_s8(vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(h0, m2h)));
+                v[5] = as_s8(vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(h1, m2h)));
+                v[6] = as_s8(vorrq_u8(vshrq_n_u8(l2, 4), vandq_u8(h0s, m2h)));
+                v[7] = as_s8(vorrq_u8(vshrq_n_u8(l3, 4), vandq_u8(h1s, m2h)));
+                for (int g = 0; g < 8; g++) acc[r] = dot16_scaled(acc[r], vsubq_s8(v[g], k32), av[g], sc[g]);
+            }
+        }
+        sumf = k_update(sumf, p, offsetof(block_q6_K, d), ld_f32(pa), hsum4(acc));
+    }
+    vst1q_f32(out, sumf);
+}
+
+static void EL_FN(q3_K_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
+    const uint8_t *pa = a;
+    const uint8x16_t m3 = vdupq_n_u8(3), four = vdupq_n_u8(4);
+    float32x4_t sumf = vdupq_n_f32(0.0f);
+    const uint8_t *p[4];
+    rows_at(w, ws, p);
+    for (size_t i = 0; i < n / QK_K; i++, next(p, sizeof(block_q3_K)), pa += sizeof(block_q8_K)) {
+        int8_t sc[4][16];
+        int32x4_t acc[4];
+        uint8x16_t hm0[4], hm1[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            q3_K_scales(p[r] + offsetof(block_q3_K, scales), sc[r]);
+            acc[r] = vdupq_n_s32(0);
+            hm0[r] = vld1q_u8(p[r] + offsetof(block_q3_K, hmask));
+            hm1[r] = vld1q_u8(p[r] + offsetof(block_q3_K, hmask) + 16);
+        }
+        /* value 128k + 32j + l: bits 2j of qs[32k + l] minus 4 unless bit 4k + j of hmask[l] is set */
+        for (int k = 0; k < QK_K / 128; k++) {
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const uint8_t *aq = pa + Q8K_QS + 128 * k + 32 * j;
+                const int8x16_t a0 = ld_s8(aq), a1 = ld_s8(aq + 16);
+                const uint8x16_t bit = vdupq_n_u8((uint8_t)(1u << (4 * k + j)));
+                const int s = 8 * k + 2 * j;
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) {
+                    const uint8_t *qs = p[r] + offsetof(block_q3_K, qs) + 32 * k;
+                    const uint8x16_t q0 = vshlq_u8(vld1q_u8(qs), vdupq_n_s8((int8_t)(-2 * j)));
+                    const uint8x16_t q1 = vshlq_u8(vld1q_u8(qs + 16), vdupq_n_s8((int8_t)(-2 * j)));
+                    const int8x16_t w0 = vsubq_s8(as_s8(vandq_u8(q0, m3)), as_s8(vbicq_u8(four, vtstq_u8(hm0[r], bit))));
+                    const int8x16_t w1 = vsubq_s8(as_s8(vandq_u8(q1, m3)), as_s8(vbicq_u8(four, vtstq_u8(hm1[r], bit))));
+                    acc[r] = dot16_scaled(acc[r], w0, a0, sc[r][s]);
+                    acc[r] = dot16_scaled(acc[r], w1, a1, sc[r][s + 1]);
+                }
+            }
+        }
+        sumf = k_update(sumf, p, offsetof(block_q3_K, d), ld_f32(pa), hsum4(acc));
+    }
+    vst1q_f32(out, sumf);
+}
+
+static void EL_FN(q2_K_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
+    const uint8_t *pa = a;
+    const uint8x16_t m3 = vdupq_n_u8(3);
+    float32x4_t sumf = vdupq_n_f32(0.0f);
+    const uint8_t *p[4];
+    rows_at(w, ws, p);
+    for (size_t i = 0; i < n / QK_K; i++, next(p, sizeof(block_q2_K)), pa += sizeof(block_q8_K)) {
+        const int16x8_t b0 = vreinterpretq_s16_u8(vld1q_u8(pa + Q8K_BSUMS));
+        const int16x8_t b1 = vreinterpretq_s16_u8(vld1q_u8(pa + Q8K_BSUMS + 16));
+        int32x4_t acc[4], ms[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            /* mins: sum_s bsums[s] * (scales[s] >> 4) */
+            const uint8x16_t mv = vshrq_n_u8(vld1q_u8(p[r] + offsetof(block_q2_K, scales)), 4);
+            const int16x8_t mlo = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(mv)));
+            const int16x8_t mhi = vreinterpretq_s16_u16(vmovl_high_u8(mv));
+            int32x4_t m = vmull_s16(vget_low_s16(b0), vget_low_s16(mlo));
+            m = vmlal_high_s16(m, b0, mlo);
+            m = vmlal_s16(m, vget_low_s16(b1), vget_low_s16(mhi));
+            ms[r] = vmlal_high_s16(m, b1, mhi);
+            acc[r] = vdupq_n_s32(0);
+        }
+        /* value 128k + 32j + l: bits 2j of qs[32k + l]; one scale (low nibble) per 16 values */
+        for (int k = 0; k < QK_K / 128; k++) {
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const uint8_t *aq = pa + Q8K_QS + 128 * k + 32 * j;
+                const int8x16_t a0 = ld_s8(aq), a1 = ld_s8(aq + 16);
+                const int s = 8 * k + 2 * j;
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) {
+                    const uint8_t *qs = p[r] + offsetof(block_q2_K, qs) + 32 * k;
+                    const uint8_t *scales = p[r] + offsetof(block_q2_K, scales);
+                    const uint8x16_t q0 = vshlq_u8(vld1q_u8(qs), vdupq_n_s8((int8_t)(-2 * j)));
+                    const uint8x16_t q1 = vshlq_u8(vld1q_u8(qs + 16), vdupq_n_s8((int8_t)(-2 * j)));
+                    acc[r] = dot16_scaled(acc[r], as_s8(vandq_u8(q0, m3)), a0, scales[s] & 0xF);
+                    acc[r] = dot16_scaled(acc[r], as_s8(vandq_u8(q1, m3)), a1, scales[s + 1] & 0xF);
+                }
+            }
+        }
+        /* row r: sumf += dall * (float)isum - dmin * (float)summ, dall = d_a * d_w, dmin = d_a * dmin_w */
+        sumf = k4_update(sumf, p, offsetof(block_q2_K, d), offsetof(block_q2_K, dmin), ld_f32(pa), hsum4(acc), hsum4(ms));
+    }
+    vst1q_f32(out, sumf);
+}
+
+#ifdef EL_NEON_DOTPROD
+void el_neon_rows_fill_dotprod(el_kernels *k);
+void el_neon_rows_fill_dotprod(el_kernels *k) {
+#define ROWS_FN(t) t##_rows_dotprod
+#else
+void el_neon_rows_fill_dotprod(el_kernels *k); /* neon_rows_dotprod.c */
+void el_kernels_fill_neon_rows(el_kernels *k, int dotprod) {
+    if (dotprod) {
+        el_neon_rows_fill_dotprod(k);
+        return;
+    }
+#define ROWS_FN(t) t##_rows_neon
+#endif
+    k->vec_dot_rows[EL_TYPE_Q4_0] = ROWS_FN(q4_0);
+    k->vec_dot_rows[EL_TYPE_Q4_1] = ROWS_FN(q4_1);
+    k->vec_dot_rows[EL_TYPE_Q5_0] = ROWS_FN(q5_0);
+    k->vec_dot_rows[EL_TYPE_Q5_1] = ROWS_FN(q5_1);
+    k->vec_dot_rows[EL_TYPE_Q8_0] = ROWS_FN(q8_0);
+    k->vec_dot_rows[EL_TYPE_Q2_K] = ROWS_FN(q2_K);
+    k->vec_dot_rows[EL_TYPE_Q3_K] = ROWS_FN(q3_K);
+    k->vec_dot_rows[EL_TYPE_Q4_K] = ROWS_FN(q4_K);
+    k->vec_dot_rows[EL_TYPE_Q5_K] = ROWS_FN(q5_K);
+    k->vec_dot_rows[EL_TYPE_Q6_K] = ROWS_FN(q6_K);
+#undef ROWS_FN
+}
+
+#endif /* __aarch64__ */
