@@ -553,6 +553,38 @@ static void test_matmul(rng_t *r) {
 
 /* ------------------------------------------------------------------ batches: bit-identical to single rows */
 
+/* Extreme levels in every block: the quant bytes of a weight row set to the type's largest level
+ * magnitude (or -128 for Q8_0), of an activation row to -128 (bsums to match). The scales stay as
+ * fill_row made them. Kernels that sum several products in 16 bits before widening (the plain NEON
+ * matvec) must not overflow even here. */
+static void extreme_row(int type, uint8_t *p, size_t n) {
+    size_t off = 0, len = 0;
+    uint8_t v = 0xFF;
+    switch (type) {
+    case EL_TYPE_Q4_0: off = 2, len = 16; break;
+    case EL_TYPE_Q4_1: off = 4, len = 16; break;
+    case EL_TYPE_Q5_0: off = 2, len = 20; break;
+    case EL_TYPE_Q5_1: off = 4, len = 20; break;
+    case EL_TYPE_Q8_0: off = 2, len = 32, v = 0x80; break;
+    case EL_TYPE_Q8_1: off = 4, len = 32, v = 0x80; break;
+    case EL_TYPE_Q8_K: off = offsetof(block_q8_K, qs), len = QK_K, v = 0x80; break;
+    case EL_TYPE_Q2_K: off = offsetof(block_q2_K, qs), len = QK_K / 4; break;
+    case EL_TYPE_Q3_K: off = 0, len = offsetof(block_q3_K, scales), v = 0; break; /* all levels -4 */
+    case EL_TYPE_Q4_K: off = offsetof(block_q4_K, qs), len = QK_K / 2; break;
+    case EL_TYPE_Q5_K: off = offsetof(block_q5_K, qh), len = QK_K / 8 + QK_K / 2; break;
+    case EL_TYPE_Q6_K: off = 0, len = offsetof(block_q6_K, scales), v = 0; break; /* all levels -32 */
+    default: return;
+    }
+    const size_t bs = el_type_block_bytes(type), nb = n / el_type_block_size(type);
+    for (size_t b = 0; b < nb; b++) {
+        memset(p + b * bs + off, v, len);
+        if (type == EL_TYPE_Q8_K) {
+            const int16_t s = -128 * 16;
+            for (size_t j = 0; j < QK_K / 16; j++) memcpy(p + b * bs + offsetof(block_q8_K, bsums) + 2 * j, &s, 2);
+        }
+    }
+}
+
 /* Every lane of vec_dot_nv, vec_dot_tile and vec_dot_rows carries the bits of the same table's vec_dot (the
  * contract in dispatch.h): rows at odd strides and addresses, every nv up to EL_NV_MAX. */
 static void test_vec_dot_nv(rng_t *r) {
@@ -603,13 +635,20 @@ static void test_vec_dot_nv(rng_t *r) {
                     const size_t ms = 2 * wb + 1;
                     uint8_t *mbuf = xmalloc(ms * EL_MV_ROWS);
                     for (size_t i = 0; i < EL_MV_ROWS; i++) fill_row(r, wt, mbuf + i * ms, n);
-                    float out[EL_MV_ROWS];
-                    K->vec_dot_rows[wt](n, mbuf, ms, a, out);
-                    for (size_t i = 0; i < EL_MV_ROWS; i++) {
-                        const float one = K->vec_dot[wt](n, mbuf + i * ms, a);
-                        check(memcmp(&one, &out[i], sizeof one) == 0 && isfinite(one),
-                              "vec_dot_rows %s n=%zu row %zu isa=%s: %.9g != vec_dot %.9g", tname(wt), n, i, g_isas[k],
-                              out[i], one);
+                    /* pass 1: random levels; pass 2: extreme ones (16-bit partial sums must not overflow) */
+                    for (int pass = 0; pass < 2; pass++) {
+                        if (pass == 1) {
+                            for (size_t i = 0; i < EL_MV_ROWS; i++) extreme_row(wt, mbuf + i * ms, n);
+                            extreme_row(at, a, n);
+                        }
+                        float out[EL_MV_ROWS];
+                        K->vec_dot_rows[wt](n, mbuf, ms, a, out);
+                        for (size_t i = 0; i < EL_MV_ROWS; i++) {
+                            const float one = K->vec_dot[wt](n, mbuf + i * ms, a);
+                            check(memcmp(&one, &out[i], sizeof one) == 0 && isfinite(one),
+                                  "vec_dot_rows %s n=%zu row %zu isa=%s%s: %.9g != vec_dot %.9g", tname(wt), n, i,
+                                  g_isas[k], pass ? " (extreme levels)" : "", out[i], one);
+                        }
                     }
                     free(mbuf);
                 }
