@@ -105,116 +105,242 @@ static inline void next(const uint8_t *p[4], size_t block_bytes) {
 
 /* ---------------- 32-value blocks ---------------- */
 
-static void EL_FN(q8_0_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
-    const uint8_t *pa = a;
-    float32x4_t sumf = vdupq_n_f32(0.0f);
-    const uint8_t *p[4];
-    rows_at(w, ws, p);
-    for (size_t i = 0; i < n / QK8_0; i++, next(p, sizeof(block_q8_0)), pa += sizeof(block_q8_0)) {
-        const int8x16_t a0 = ld_s8(pa + 2), a1 = ld_s8(pa + 18);
-        int32x4_t s[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) s[r] = dot_s8(dot_s8(vdupq_n_s32(0), ld_s8(p[r] + 2), a0), ld_s8(p[r] + 18), a1);
-        /* row r: sumf += (float)sumi * (d_w * d_a) */
-        const float32x4_t d = vmulq_n_f32(ld_f16_rows(p, 0), ld_f16(pa));
-        sumf = vaddq_f32(sumf, vmulq_f32(vcvtq_f32_s32(hsum4(s)), d));
-    }
-    vst1q_f32(out, sumf);
+/* Per row a running int32 accumulator for the whole row (no zeroing per block): a block's 4 sums are
+ * the difference of the gathered running totals after and before it. The lanes wrap modulo 2^32 on
+ * very long rows, and so does the difference (unsigned), which is then the exact block sum: that fits
+ * int32 by far (32 products). */
+static inline int32x4_t block_sums(const int32x4_t acc[4], uint32x4_t *prev) {
+    const uint32x4_t t = vreinterpretq_u32_s32(hsum4(acc));
+    const int32x4_t s = vreinterpretq_s32_u32(vsubq_u32(t, *prev));
+    *prev = t;
+    return s;
 }
 
-/* Q4_0 / Q5_0 levels are stored + 8 / + 16: sum (q - o) a = sum q a - o sum a, the second term shared by
- * the 4 rows (exact integers, so the same sumi as the reference) */
-static void EL_FN(q4_0_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
-    const uint8_t *pa = a;
-    const uint8x16_t m4 = vdupq_n_u8(0x0F);
-    float32x4_t sumf = vdupq_n_f32(0.0f);
-    const uint8_t *p[4];
-    rows_at(w, ws, p);
-    for (size_t i = 0; i < n / QK4_0; i++, next(p, sizeof(block_q4_0)), pa += sizeof(block_q8_0)) {
-        const int8x16_t a0 = ld_s8(pa + 2), a1 = ld_s8(pa + 18);
-        int32x4_t s[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const uint8x16_t qs = vld1q_u8(p[r] + 2);
-            s[r] = dot32_small(vdupq_n_s32(0), as_s8(vandq_u8(qs, m4)), a0, as_s8(vshrq_n_u8(qs, 4)), a1);
-        }
-        const int32x4_t sumi = vsubq_s32(hsum4(s), vdupq_n_s32(8 * sum32(a0, a1)));
-        const float32x4_t d = vmulq_n_f32(ld_f16_rows(p, 0), ld_f16(pa));
-        sumf = vaddq_f32(sumf, vmulq_f32(vcvtq_f32_s32(sumi), d));
-    }
-    vst1q_f32(out, sumf);
+/* The first 2 / 4 bytes of each row's block as lanes (the F16 scale, or Q4_1's scale and min), each row
+ * pointer then moved on by block_bytes: one post-indexed lane load per row (GCC would spend an address
+ * add per lane load). The "memory" clobber keeps the block's other loads before it (else GCC hoists
+ * the asm and copies the pointers). */
+static inline uint16x4_t ld_u16_rows_next(const uint8_t *p[4], size_t block_bytes) {
+    uint16x4_t h;
+    __asm__("ld1 {%0.h}[0], [%1], %5\n\tld1 {%0.h}[1], [%2], %5\n\tld1 {%0.h}[2], [%3], %5\n\tld1 {%0.h}[3], [%4], %5"
+            : "=&w"(h), "+r"(p[0]), "+r"(p[1]), "+r"(p[2]), "+r"(p[3])
+            : "r"(block_bytes)
+            : "memory");
+    return h;
 }
-
-static void EL_FN(q5_0_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
-    const uint8_t *pa = a;
-    const uint8x16_t m4 = vdupq_n_u8(0x0F);
-    float32x4_t sumf = vdupq_n_f32(0.0f);
-    const uint8_t *p[4];
-    rows_at(w, ws, p);
-    for (size_t i = 0; i < n / QK5_0; i++, next(p, sizeof(block_q5_0)), pa += sizeof(block_q8_0)) {
-        const int8x16_t a0 = ld_s8(pa + 2), a1 = ld_s8(pa + 18);
-        int32x4_t s[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            uint32_t qh;
-            memcpy(&qh, p[r] + 2, 4);
-            const uint8x16_t qs = vld1q_u8(p[r] + 6);
-            const int8x16_t w0 = as_s8(vorrq_u8(vandq_u8(qs, m4), q5_high_bits(qh, 0)));
-            const int8x16_t w1 = as_s8(vorrq_u8(vshrq_n_u8(qs, 4), q5_high_bits(qh, 1)));
-            s[r] = dot32_small(vdupq_n_s32(0), w0, a0, w1, a1);
-        }
-        const int32x4_t sumi = vsubq_s32(hsum4(s), vdupq_n_s32(16 * sum32(a0, a1)));
-        const float32x4_t d = vmulq_n_f32(ld_f16_rows(p, 0), ld_f16(pa));
-        sumf = vaddq_f32(sumf, vmulq_f32(vcvtq_f32_s32(sumi), d));
-    }
-    vst1q_f32(out, sumf);
+static inline uint32x4_t ld_u32_rows_next(const uint8_t *p[4], size_t block_bytes) {
+    uint32x4_t v;
+    __asm__("ld1 {%0.s}[0], [%1], %5\n\tld1 {%0.s}[1], [%2], %5\n\tld1 {%0.s}[2], [%3], %5\n\tld1 {%0.s}[3], [%4], %5"
+            : "=&w"(v), "+r"(p[0]), "+r"(p[1]), "+r"(p[2]), "+r"(p[3])
+            : "r"(block_bytes)
+            : "memory");
+    return v;
 }
+static inline float32x4_t f16_lanes(uint16x4_t h) { return vcvt_f32_f16(vreinterpret_f16_u16(h)); }
 
-/* row r: sumf += (d_w * d_a) * (float)sumi + m_w * s_a */
-static inline float32x4_t q_1_update(float32x4_t sumf, const uint8_t *const p[4], const uint8_t *pa, int32x4_t sumi) {
-    const float32x4_t d = vmulq_n_f32(ld_f16_rows(p, 0), ld_f16(pa));
-    const float32x4_t m = vmulq_n_f32(ld_f16_rows(p, 2), ld_f16(pa + 2));
+/* row r: sumf += (float)sumi * (d_w * d_a) */
+static inline float32x4_t q_0_update(float32x4_t sumf, uint16x4_t dw, const uint8_t *pa, int32x4_t sumi) {
+    return vaddq_f32(sumf, vmulq_f32(vcvtq_f32_s32(sumi), vmulq_n_f32(f16_lanes(dw), ld_f16(pa))));
+}
+/* row r: sumf += (d_w * d_a) * (float)sumi + m_w * s_a, dm = the rows' (d, m) pairs */
+static inline float32x4_t q_1_update(float32x4_t sumf, uint16x8_t dm, const uint8_t *pa, int32x4_t sumi) {
+    const uint16x8_t dd = vuzp1q_u16(dm, dm), mm = vuzp2q_u16(dm, dm);
+    const float32x4_t d = vmulq_n_f32(f16_lanes(vget_low_u16(dd)), ld_f16(pa));
+    const float32x4_t m = vmulq_n_f32(f16_lanes(vget_low_u16(mm)), ld_f16(pa + 2));
     return vaddq_f32(sumf, vaddq_f32(vmulq_f32(d, vcvtq_f32_s32(sumi)), m));
 }
 
-static void EL_FN(q4_1_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
-    const uint8_t *pa = a;
+#ifdef EL_NEON_DOTPROD
+/* Q8_0 with dotprod in assembly: gemma3's output head is a 262k-row Q8_0 matrix, the largest part of its
+ * decode. The same operations as the intrinsics below, but GCC copies the loop-carried row pointers
+ * and accumulators each iteration (9 instructions per row-block here, against 11). Per block: the 4
+ * rows' running sums (sdot), gathered (addp) less the previous totals = the block sums (block_sums);
+ * lane r: sumf += (float)sumi * (d_w * d_a). */
+static void q8_0_rows_dotprod(size_t n, const void *w, size_t ws, const void *a, float *out) {
+    const size_t nb = n / QK8_0, bs = sizeof(block_q8_0);
+    float32x4_t sumf = vdupq_n_f32(0.0f);
+    if (nb) {
+        const uint8_t *p0 = w, *p1 = p0 + ws, *p2 = p1 + ws, *p3 = p2 + ws, *pa = a;
+        const uint8_t *end = pa + nb * bs;
+        int32x4_t c0 = vdupq_n_s32(0), c1 = c0, c2 = c0, c3 = c0, prev = c0;
+        __asm__("1:\n\t"
+                "ldur q16, [%[pa], #2]\n\t"
+                "ldur q17, [%[pa], #18]\n\t"
+                "ldr h18, [%[pa]], #34\n\t"
+                "ldur q0, [%[p0], #2]\n\t"
+                "ldur q1, [%[p0], #18]\n\t"
+                "ldur q2, [%[p1], #2]\n\t"
+                "ldur q3, [%[p1], #18]\n\t"
+                "ldur q4, [%[p2], #2]\n\t"
+                "ldur q5, [%[p2], #18]\n\t"
+                "ldur q6, [%[p3], #2]\n\t"
+                "ldur q7, [%[p3], #18]\n\t"
+                "sdot %[c0].4s, v0.16b, v16.16b\n\t"
+                "sdot %[c1].4s, v2.16b, v16.16b\n\t"
+                "sdot %[c2].4s, v4.16b, v16.16b\n\t"
+                "sdot %[c3].4s, v6.16b, v16.16b\n\t"
+                "sdot %[c0].4s, v1.16b, v17.16b\n\t"
+                "sdot %[c1].4s, v3.16b, v17.16b\n\t"
+                "sdot %[c2].4s, v5.16b, v17.16b\n\t"
+                "sdot %[c3].4s, v7.16b, v17.16b\n\t"
+                "ld1 {v19.h}[0], [%[p0]], %[bs]\n\t"
+                "ld1 {v19.h}[1], [%[p1]], %[bs]\n\t"
+                "ld1 {v19.h}[2], [%[p2]], %[bs]\n\t"
+                "ld1 {v19.h}[3], [%[p3]], %[bs]\n\t"
+                "addp v24.4s, %[c0].4s, %[c1].4s\n\t"
+                "addp v25.4s, %[c2].4s, %[c3].4s\n\t"
+                "addp v24.4s, v24.4s, v25.4s\n\t"
+                "sub v25.4s, v24.4s, %[prev].4s\n\t"
+                "mov %[prev].16b, v24.16b\n\t"
+                "fcvt s18, h18\n\t"
+                "fcvtl v19.4s, v19.4h\n\t"
+                "fmul v19.4s, v19.4s, v18.s[0]\n\t"
+                "scvtf v25.4s, v25.4s\n\t"
+                "fmul v25.4s, v25.4s, v19.4s\n\t"
+                "fadd %[sumf].4s, %[sumf].4s, v25.4s\n\t"
+                "cmp %[pa], %[end]\n\t"
+                "b.ne 1b"
+                : [p0] "+r"(p0), [p1] "+r"(p1), [p2] "+r"(p2), [p3] "+r"(p3), [pa] "+r"(pa), [c0] "+w"(c0),
+                  [c1] "+w"(c1), [c2] "+w"(c2), [c3] "+w"(c3), [prev] "+w"(prev), [sumf] "+w"(sumf)
+                : [end] "r"(end), [bs] "r"(bs)
+                : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v16", "v17", "v18", "v19", "v24", "v25", "cc",
+                  "memory");
+    }
+    vst1q_f32(out, sumf);
+}
+#else
+static void EL_FN(q8_0_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
+    const uint8_t *pa = a, *p[4];
+    rows_at(w, ws, p);
+    float32x4_t sumf = vdupq_n_f32(0.0f);
+    int32x4_t acc[4] = {vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)};
+    uint32x4_t prev = vdupq_n_u32(0);
+    for (size_t i = 0; i < n / QK8_0; i++, pa += sizeof(block_q8_0)) {
+        const int8x16_t a0 = ld_s8(pa + 2), a1 = ld_s8(pa + 18);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) acc[r] = dot_s8(dot_s8(acc[r], ld_s8(p[r] + 2), a0), ld_s8(p[r] + 18), a1);
+        const uint16x4_t dw = ld_u16_rows_next(p, sizeof(block_q8_0));
+        sumf = q_0_update(sumf, dw, pa, block_sums(acc, &prev));
+    }
+    vst1q_f32(out, sumf);
+}
+#endif
+
+/* Q4_0 levels are stored + 8: sum (q - 8) a = sum q a - 8 sum a, the second term shared by the 4 rows
+ * (exact integers, so the same sumi as the reference) */
+static void EL_FN(q4_0_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
+    const uint8_t *pa = a, *p[4];
+    rows_at(w, ws, p);
     const uint8x16_t m4 = vdupq_n_u8(0x0F);
     float32x4_t sumf = vdupq_n_f32(0.0f);
-    const uint8_t *p[4];
+    int32x4_t acc[4] = {vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)};
+    uint32x4_t prev = vdupq_n_u32(0);
+    for (size_t i = 0; i < n / QK4_0; i++, pa += sizeof(block_q8_0)) {
+        const int8x16_t a0 = ld_s8(pa + 2), a1 = ld_s8(pa + 18);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8x16_t qs = vld1q_u8(p[r] + 2);
+            acc[r] = dot32_small(acc[r], as_s8(vandq_u8(qs, m4)), a0, as_s8(vshrq_n_u8(qs, 4)), a1);
+        }
+        const uint16x4_t dw = ld_u16_rows_next(p, sizeof(block_q4_0));
+        const int32x4_t sumi = vsubq_s32(block_sums(acc, &prev), vdupq_n_s32(8 * sum32(a0, a1)));
+        sumf = q_0_update(sumf, dw, pa, sumi);
+    }
+    vst1q_f32(out, sumf);
+}
+
+static void EL_FN(q4_1_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
+    const uint8_t *pa = a, *p[4];
     rows_at(w, ws, p);
-    for (size_t i = 0; i < n / QK4_1; i++, next(p, sizeof(block_q4_1)), pa += sizeof(block_q8_1)) {
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    float32x4_t sumf = vdupq_n_f32(0.0f);
+    int32x4_t acc[4] = {vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)};
+    uint32x4_t prev = vdupq_n_u32(0);
+    for (size_t i = 0; i < n / QK4_1; i++, pa += sizeof(block_q8_1)) {
         const int8x16_t a0 = ld_s8(pa + 4), a1 = ld_s8(pa + 20);
-        int32x4_t s[4];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const uint8x16_t qs = vld1q_u8(p[r] + 4);
-            s[r] = dot32_small(vdupq_n_s32(0), as_s8(vandq_u8(qs, m4)), a0, as_s8(vshrq_n_u8(qs, 4)), a1);
+            acc[r] = dot32_small(acc[r], as_s8(vandq_u8(qs, m4)), a0, as_s8(vshrq_n_u8(qs, 4)), a1);
         }
-        sumf = q_1_update(sumf, p, pa, hsum4(s));
+        const uint16x8_t dm = vreinterpretq_u16_u32(ld_u32_rows_next(p, sizeof(block_q4_1)));
+        sumf = q_1_update(sumf, dm, pa, block_sums(acc, &prev));
+    }
+    vst1q_f32(out, sumf);
+}
+
+/* Q5_0 / Q5_1: the first 8 bytes of rows 0, 1 (and 2, 3) in one vector hold the scales and the qh words.
+ * With the qh bits inverted, t = 0xFF where a value's 5th bit is clear; shift-left-insert of t by 4
+ * over the nibble gives nibble | 0xF0 = nibble - 16 there and the nibble elsewhere: level - 16 as an
+ * int8 in one instruction, which is Q5_0's weight and Q5_1's less 16 (added back as 16 sum a). */
+static inline void q5_rows_head(const uint8_t *const p[4], uint8x16_t *h01, uint8x16_t *h23) {
+    *h01 = vcombine_u8(vld1_u8(p[0]), vld1_u8(p[1]));
+    *h23 = vcombine_u8(vld1_u8(p[2]), vld1_u8(p[3]));
+}
+/* value j's inverted 5th bit as 0xFF / 0, for values 16 half .. 16 half + 15 of the row whose qh word is
+ * at byte qh_at of the inverted head nh */
+static inline uint8x16_t q5_clear_mask(uint8x16_t nh, const uint8x16_t idx, uint8x16_t bits) {
+    return vtstq_u8(vqtbl1q_u8(nh, idx), bits);
+}
+static inline uint8x16_t q5_idx(int at) { /* bytes at (8 lanes) and at + 1 (8 lanes) */
+    return vcombine_u8(vdup_n_u8((uint8_t)at), vdup_n_u8((uint8_t)(at + 1)));
+}
+
+static void EL_FN(q5_0_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
+    const uint8_t *pa = a, *p[4];
+    rows_at(w, ws, p);
+    static const uint8_t bit_tab[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t bits = vld1q_u8(bit_tab);
+    /* qh at bytes 2..5 of a block: values 0..15 from bytes 2, 3, values 16..31 from 4, 5; row 1 / 3 + 8 */
+    const uint8x16_t ix[2][2] = {{q5_idx(2), q5_idx(4)}, {q5_idx(10), q5_idx(12)}};
+    float32x4_t sumf = vdupq_n_f32(0.0f);
+    int32x4_t acc[4] = {vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)};
+    uint32x4_t prev = vdupq_n_u32(0);
+    for (size_t i = 0; i < n / QK5_0; i++, next(p, sizeof(block_q5_0)), pa += sizeof(block_q8_0)) {
+        const int8x16_t a0 = ld_s8(pa + 2), a1 = ld_s8(pa + 18);
+        uint8x16_t h[2];
+        q5_rows_head(p, &h[0], &h[1]);
+        const uint8x16_t nh[2] = {vmvnq_u8(h[0]), vmvnq_u8(h[1])};
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8x16_t qs = vld1q_u8(p[r] + 6);
+            const uint8x16_t t0 = q5_clear_mask(nh[r / 2], ix[r % 2][0], bits);
+            const uint8x16_t t1 = q5_clear_mask(nh[r / 2], ix[r % 2][1], bits);
+            acc[r] = dot32_small(acc[r], as_s8(vsliq_n_u8(qs, t0, 4)), a0, as_s8(vsliq_n_u8(vshrq_n_u8(qs, 4), t1, 4)), a1);
+        }
+        /* the scales: halves 0 and 4 of each head vector */
+        const uint16x8_t d = vuzp1q_u16(vreinterpretq_u16_u8(h[0]), vreinterpretq_u16_u8(h[1]));
+        sumf = q_0_update(sumf, vget_low_u16(vuzp1q_u16(d, d)), pa, block_sums(acc, &prev));
     }
     vst1q_f32(out, sumf);
 }
 
 static void EL_FN(q5_1_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
-    const uint8_t *pa = a;
-    const uint8x16_t m4 = vdupq_n_u8(0x0F);
-    float32x4_t sumf = vdupq_n_f32(0.0f);
-    const uint8_t *p[4];
+    const uint8_t *pa = a, *p[4];
     rows_at(w, ws, p);
+    static const uint8_t bit_tab[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t bits = vld1q_u8(bit_tab);
+    /* qh at bytes 4..7 of a block */
+    const uint8x16_t ix[2][2] = {{q5_idx(4), q5_idx(6)}, {q5_idx(12), q5_idx(14)}};
+    float32x4_t sumf = vdupq_n_f32(0.0f);
+    int32x4_t acc[4] = {vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)};
+    uint32x4_t prev = vdupq_n_u32(0);
     for (size_t i = 0; i < n / QK5_1; i++, next(p, sizeof(block_q5_1)), pa += sizeof(block_q8_1)) {
         const int8x16_t a0 = ld_s8(pa + 4), a1 = ld_s8(pa + 20);
-        int32x4_t s[4];
+        uint8x16_t h[2];
+        q5_rows_head(p, &h[0], &h[1]);
+        const uint8x16_t nh[2] = {vmvnq_u8(h[0]), vmvnq_u8(h[1])};
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            uint32_t qh;
-            memcpy(&qh, p[r] + 4, 4);
             const uint8x16_t qs = vld1q_u8(p[r] + 8);
-            const int8x16_t w0 = as_s8(vorrq_u8(vandq_u8(qs, m4), q5_high_bits(qh, 0)));
-            const int8x16_t w1 = as_s8(vorrq_u8(vshrq_n_u8(qs, 4), q5_high_bits(qh, 1)));
-            s[r] = dot32_small(vdupq_n_s32(0), w0, a0, w1, a1);
+            const uint8x16_t t0 = q5_clear_mask(nh[r / 2], ix[r % 2][0], bits);
+            const uint8x16_t t1 = q5_clear_mask(nh[r / 2], ix[r % 2][1], bits);
+            acc[r] = dot32_small(acc[r], as_s8(vsliq_n_u8(qs, t0, 4)), a0, as_s8(vsliq_n_u8(vshrq_n_u8(qs, 4), t1, 4)), a1);
         }
-        sumf = q_1_update(sumf, p, pa, hsum4(s));
+        /* sum q a = sum (q - 16) a + 16 sum a; the (d, m) pairs: words 0 and 2 of each head vector */
+        const int32x4_t sumi = vaddq_s32(block_sums(acc, &prev), vdupq_n_s32(16 * sum32(a0, a1)));
+        const uint16x8_t dm = vreinterpretq_u16_u32(vuzp1q_u32(vreinterpretq_u32_u8(h[0]), vreinterpretq_u32_u8(h[1])));
+        sumf = q_1_update(sumf, dm, pa, sumi);
     }
     vst1q_f32(out, sumf);
 }
