@@ -463,6 +463,66 @@ static inline float32x4_t k4_update(float32x4_t sumf, const uint8_t *const p[4],
     return vaddq_f32(sumf, vsubq_f32(vmulq_f32(d, vcvtq_f32_s32(isum)), vmulq_f32(dmin, vcvtq_f32_s32(summ))));
 }
 
+#ifdef EL_NEON_DOTPROD
+/* Q4_K with dotprod: the sub-block scales applied once per sub-block for the 4 rows as lanes. Each row
+ * keeps a running sdot total; after every 32-value sub-block the 4 totals are gathered (block_sums)
+ * and multiplied by the vector of the 4 rows' scales of that sub-block (the scales transposed by one
+ * table lookup). isum is the same integer as the reference's: only its association differs. */
+static void q4_K_rows_dotprod(size_t n, const void *w, size_t ws, const void *a, float *out) {
+    const uint8_t *pa = a;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    /* sc[4][8] -> scale j of rows 0..3 at bytes 4j..4j + 3 (j < 4 in the first vector, 4..7 in the second) */
+    static const uint8_t tr_tab[32] = {0, 8,  16, 24, 1, 9,  17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
+                                       4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31};
+    const uint8x16_t tr0 = vld1q_u8(tr_tab), tr1 = vld1q_u8(tr_tab + 16);
+    float32x4_t sumf = vdupq_n_f32(0.0f);
+    const uint8_t *p[4];
+    rows_at(w, ws, p);
+    for (size_t i = 0; i < n / QK_K; i++, next(p, sizeof(block_q4_K)), pa += sizeof(block_q8_K)) {
+        uint8_t sc[4][8], mn[4][8];
+        int32x4_t acc[4], ms[4];
+        const int16x8_t pairs = q8K_pairs(pa);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            k4_scales_mins(p[r] + offsetof(block_q4_K, scales), sc[r], mn[r]);
+            ms[r] = k4_min_lanes(pairs, mn[r]);
+            acc[r] = vdupq_n_s32(0);
+        }
+        const uint8x16x2_t scv = {{vld1q_u8(sc[0]), vld1q_u8(sc[2])}};
+        const uint8x16_t t0 = vqtbl2q_u8(scv, tr0), t1 = vqtbl2q_u8(scv, tr1);
+        const uint16x8_t h[4] = {vmovl_u8(vget_low_u8(t0)), vmovl_high_u8(t0), vmovl_u8(vget_low_u8(t1)), vmovl_high_u8(t1)};
+        int32x4_t scj[8];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            scj[2 * k] = vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(h[k])));
+            scj[2 * k + 1] = vreinterpretq_s32_u32(vmovl_high_u16(h[k]));
+        }
+        int32x4_t isum = vdupq_n_s32(0);
+        uint32x4_t prev = vdupq_n_u32(0);
+        /* 64 values per step: low nibbles of 32 bytes are sub-block 2c, high nibbles 2c + 1 */
+#pragma GCC unroll 4
+        for (int c = 0; c < QK_K / 64; c++) {
+            const uint8_t *aq = pa + Q8K_QS + 64 * c;
+            const int8x16_t a0 = ld_s8(aq), a1 = ld_s8(aq + 16), a2 = ld_s8(aq + 32), a3 = ld_s8(aq + 48);
+            uint8x16_t q0[4], q1[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const uint8_t *qs = p[r] + offsetof(block_q4_K, qs) + 32 * c;
+                q0[r] = vld1q_u8(qs);
+                q1[r] = vld1q_u8(qs + 16);
+                acc[r] = vdotq_s32(vdotq_s32(acc[r], as_s8(vandq_u8(q0[r], m4)), a0), as_s8(vandq_u8(q1[r], m4)), a1);
+            }
+            isum = vmlaq_s32(isum, block_sums(acc, &prev), scj[2 * c]);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                acc[r] = vdotq_s32(vdotq_s32(acc[r], as_s8(vshrq_n_u8(q0[r], 4)), a2), as_s8(vshrq_n_u8(q1[r], 4)), a3);
+            isum = vmlaq_s32(isum, block_sums(acc, &prev), scj[2 * c + 1]);
+        }
+        sumf = k4_update(sumf, p, offsetof(block_q4_K, d), offsetof(block_q4_K, dmin), ld_f32(pa), isum, hsum4(ms));
+    }
+    vst1q_f32(out, sumf);
+}
+#else
 static void EL_FN(q4_K_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
     const uint8_t *pa = a;
     const uint8x16_t m4 = vdupq_n_u8(0x0F);
@@ -496,6 +556,7 @@ static void EL_FN(q4_K_rows)(size_t n, const void *w, size_t ws, const void *a, 
     }
     vst1q_f32(out, sumf);
 }
+#endif
 
 static void EL_FN(q5_K_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
     const uint8_t *pa = a;
