@@ -605,6 +605,72 @@ static inline float32x4_t k_update(float32x4_t sumf, const uint8_t *const p[4], 
     return vaddq_f32(sumf, vmulq_f32(vmulq_n_f32(ld_f16_rows(p, off_d), da), vcvtq_f32_s32(isum)));
 }
 
+#ifdef EL_NEON_DOTPROD
+/* Q6_K with dotprod, unrolled: levels used as stored (0..63), the + 32 taken off once per row as
+ * 32 * sum_g sc_g * bsums_g (the Q8_K sums of 16 activations, exact integers, so isum is the reference's
+ * integer); each 16-value sdot scaled by its scale as a lane of the row's widened scales (mla by
+ * element, no scalar load and broadcast per scale). */
+static void q6_K_rows_dotprod(size_t n, const void *w, size_t ws, const void *a, float *out) {
+    const uint8_t *pa = a;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F), m2 = vdupq_n_u8(0x03), m2h = vdupq_n_u8(0x30);
+    float32x4_t sumf = vdupq_n_f32(0.0f);
+    const uint8_t *p[4];
+    rows_at(w, ws, p);
+    for (size_t i = 0; i < n / QK_K; i++, next(p, sizeof(block_q6_K)), pa += sizeof(block_q8_K)) {
+        const int16x8_t b0 = vreinterpretq_s16_u8(vld1q_u8(pa + Q8K_BSUMS));
+        const int16x8_t b1 = vreinterpretq_s16_u8(vld1q_u8(pa + Q8K_BSUMS + 16));
+        int32x4_t acc[4], off[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const int8x16_t s = vld1q_s8((const int8_t *)(p[r] + offsetof(block_q6_K, scales)));
+            const int16x8_t lo = vmovl_s8(vget_low_s8(s)), hi = vmovl_high_s8(s);
+            int32x4_t m = vmull_s16(vget_low_s16(b0), vget_low_s16(lo));
+            m = vmlal_high_s16(m, b0, lo);
+            m = vmlal_s16(m, vget_low_s16(b1), vget_low_s16(hi));
+            off[r] = vmlal_high_s16(m, b1, hi);
+            acc[r] = vdupq_n_s32(0);
+        }
+        /* per 128 values as in the intrinsics below */
+#pragma GCC unroll 2
+        for (int c = 0; c < QK_K / 128; c++) {
+            const uint8_t *aq = pa + Q8K_QS + 128 * c;
+            int8x16_t av[8];
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) av[g] = ld_s8(aq + 16 * g);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const uint8_t *ql = p[r] + offsetof(block_q6_K, ql) + 64 * c;
+                const uint8_t *qh = p[r] + offsetof(block_q6_K, qh) + 32 * c;
+                const int16x8_t s16 = vmovl_s8(vld1_s8((const int8_t *)(p[r] + offsetof(block_q6_K, scales)) + 8 * c));
+                const int32x4_t sc[2] = {vmovl_s16(vget_low_s16(s16)), vmovl_high_s16(s16)};
+                const uint8x16_t l0 = vld1q_u8(ql), l1 = vld1q_u8(ql + 16), l2 = vld1q_u8(ql + 32), l3 = vld1q_u8(ql + 48);
+                const uint8x16_t h0 = vld1q_u8(qh), h1 = vld1q_u8(qh + 16);
+                const uint8x16_t h0s = vshrq_n_u8(h0, 2), h1s = vshrq_n_u8(h1, 2);
+                int8x16_t v[8];
+                v[0] = as_s8(vorrq_u8(vandq_u8(l0, m4), vshlq_n_u8(vandq_u8(h0, m2), 4)));
+                v[1] = as_s8(vorrq_u8(vandq_u8(l1, m4), vshlq_n_u8(vandq_u8(h1, m2), 4)));
+                v[2] = as_s8(vorrq_u8(vandq_u8(l2, m4), vshlq_n_u8(vandq_u8(h0s, m2), 4)));
+                v[3] = as_s8(vorrq_u8(vandq_u8(l3, m4), vshlq_n_u8(vandq_u8(h1s, m2), 4)));
+                v[4] = as_s8(vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(h0, m2h)));
+                v[5] = as_s8(vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(h1, m2h)));
+                v[6] = as_s8(vorrq_u8(vshrq_n_u8(l2, 4), vandq_u8(h0s, m2h)));
+                v[7] = as_s8(vorrq_u8(vshrq_n_u8(l3, 4), vandq_u8(h1s, m2h)));
+                acc[r] = vmlaq_laneq_s32(acc[r], vdotq_s32(vdupq_n_s32(0), v[0], av[0]), sc[0], 0);
+                acc[r] = vmlaq_laneq_s32(acc[r], vdotq_s32(vdupq_n_s32(0), v[1], av[1]), sc[0], 1);
+                acc[r] = vmlaq_laneq_s32(acc[r], vdotq_s32(vdupq_n_s32(0), v[2], av[2]), sc[0], 2);
+                acc[r] = vmlaq_laneq_s32(acc[r], vdotq_s32(vdupq_n_s32(0), v[3], av[3]), sc[0], 3);
+                acc[r] = vmlaq_laneq_s32(acc[r], vdotq_s32(vdupq_n_s32(0), v[4], av[4]), sc[1], 0);
+                acc[r] = vmlaq_laneq_s32(acc[r], vdotq_s32(vdupq_n_s32(0), v[5], av[5]), sc[1], 1);
+                acc[r] = vmlaq_laneq_s32(acc[r], vdotq_s32(vdupq_n_s32(0), v[6], av[6]), sc[1], 2);
+                acc[r] = vmlaq_laneq_s32(acc[r], vdotq_s32(vdupq_n_s32(0), v[7], av[7]), sc[1], 3);
+            }
+        }
+        const int32x4_t isum = vsubq_s32(hsum4(acc), vshlq_n_s32(hsum4(off), 5));
+        sumf = k_update(sumf, p, offsetof(block_q6_K, d), ld_f32(pa), isum);
+    }
+    vst1q_f32(out, sumf);
+}
+#else
 static void EL_FN(q6_K_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
     const uint8_t *pa = a;
     const uint8x16_t m4 = vdupq_n_u8(0x0F), m2 = vdupq_n_u8(0x03), m2h = vdupq_n_u8(0x30);
@@ -647,6 +713,7 @@ static void EL_FN(q6_K_rows)(size_t n, const void *w, size_t ws, const void *a, 
     }
     vst1q_f32(out, sumf);
 }
+#endif
 
 static void EL_FN(q3_K_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
     const uint8_t *pa = a;
