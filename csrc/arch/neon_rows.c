@@ -153,11 +153,40 @@ static inline float32x4_t q_1_update(float32x4_t sumf, uint16x8_t dm, const uint
 #ifdef EL_NEON_DOTPROD
 /* Q8_0 with dotprod in assembly: gemma3's output head is a 262k-row Q8_0 matrix, the largest part of its
  * decode. The same operations as the intrinsics below, but GCC copies the loop-carried row pointers
- * and accumulators each iteration (under 8 instructions per row-block here, against 11). Every pointer
+ * and accumulators each iteration (about 7.3 instructions per row-block here, against 11). Every pointer
  * walks its block in two post-indexed loads: the F16 scale (a lane load, #2), then the 32 int8 as one
  * load pair (#32, which ldp's immediate can encode where 34 cannot). Per block: the 4 rows' running
  * sums (sdot), gathered (addp) less the previous totals = the block sums (block_sums); lane r: sumf +=
  * (float)sumi * (d_w * d_a). */
+#define Q8_0_ROWS_BLOCK(T, P) \
+    "ldr h18, [%[pa]], #2\n\t" \
+    "ldp q16, q17, [%[pa]], #32\n\t" \
+    "ld1 {v19.h}[0], [%[p0]], #2\n\t" \
+    "ldp q0, q1, [%[p0]], #32\n\t" \
+    "ld1 {v19.h}[1], [%[p1]], #2\n\t" \
+    "ldp q2, q3, [%[p1]], #32\n\t" \
+    "ld1 {v19.h}[2], [%[p2]], #2\n\t" \
+    "ldp q4, q5, [%[p2]], #32\n\t" \
+    "ld1 {v19.h}[3], [%[p3]], #2\n\t" \
+    "ldp q6, q7, [%[p3]], #32\n\t" \
+    "sdot %[c0].4s, v0.16b, v16.16b\n\t" \
+    "sdot %[c1].4s, v2.16b, v16.16b\n\t" \
+    "sdot %[c2].4s, v4.16b, v16.16b\n\t" \
+    "sdot %[c3].4s, v6.16b, v16.16b\n\t" \
+    "sdot %[c0].4s, v1.16b, v17.16b\n\t" \
+    "sdot %[c1].4s, v3.16b, v17.16b\n\t" \
+    "sdot %[c2].4s, v5.16b, v17.16b\n\t" \
+    "sdot %[c3].4s, v7.16b, v17.16b\n\t" \
+    "addp v24.4s, %[c0].4s, %[c1].4s\n\t" \
+    "addp v25.4s, %[c2].4s, %[c3].4s\n\t" \
+    "addp " T ".4s, v24.4s, v25.4s\n\t" \
+    "sub v25.4s, " T ".4s, " P ".4s\n\t" \
+    "fcvt s18, h18\n\t" \
+    "fcvtl v19.4s, v19.4h\n\t" \
+    "fmul v19.4s, v19.4s, v18.s[0]\n\t" \
+    "scvtf v25.4s, v25.4s\n\t" \
+    "fmul v25.4s, v25.4s, v19.4s\n\t" \
+    "fadd %[sumf].4s, %[sumf].4s, v25.4s\n\t"
 static void q8_0_rows_dotprod(size_t n, const void *w, size_t ws, const void *a, float *out) {
     const size_t nb = n / QK8_0;
     _Static_assert(sizeof(block_q8_0) == 2 + 32, "the loads below walk a block as its F16 scale, then 32 bytes");
@@ -166,46 +195,28 @@ static void q8_0_rows_dotprod(size_t n, const void *w, size_t ws, const void *a,
         const uint8_t *p0 = w, *p1 = p0 + ws, *p2 = p1 + ws, *p3 = p2 + ws, *pa = a;
         const uint8_t *end = pa + nb * sizeof(block_q8_0);
         int32x4_t c0 = vdupq_n_s32(0), c1 = c0, c2 = c0, c3 = c0, prev = c0;
-        __asm__("1:\n\t"
-                "ldr h18, [%[pa]], #2\n\t"
-                "ldp q16, q17, [%[pa]], #32\n\t"
-                "ld1 {v19.h}[0], [%[p0]], #2\n\t"
-                "ldp q0, q1, [%[p0]], #32\n\t"
-                "ld1 {v19.h}[1], [%[p1]], #2\n\t"
-                "ldp q2, q3, [%[p1]], #32\n\t"
-                "ld1 {v19.h}[2], [%[p2]], #2\n\t"
-                "ldp q4, q5, [%[p2]], #32\n\t"
-                "ld1 {v19.h}[3], [%[p3]], #2\n\t"
-                "ldp q6, q7, [%[p3]], #32\n\t"
-                "sdot %[c0].4s, v0.16b, v16.16b\n\t"
-                "sdot %[c1].4s, v2.16b, v16.16b\n\t"
-                "sdot %[c2].4s, v4.16b, v16.16b\n\t"
-                "sdot %[c3].4s, v6.16b, v16.16b\n\t"
-                "sdot %[c0].4s, v1.16b, v17.16b\n\t"
-                "sdot %[c1].4s, v3.16b, v17.16b\n\t"
-                "sdot %[c2].4s, v5.16b, v17.16b\n\t"
-                "sdot %[c3].4s, v7.16b, v17.16b\n\t"
-                "addp v24.4s, %[c0].4s, %[c1].4s\n\t"
-                "addp v25.4s, %[c2].4s, %[c3].4s\n\t"
-                "addp v24.4s, v24.4s, v25.4s\n\t"
-                "sub v25.4s, v24.4s, %[prev].4s\n\t"
-                "mov %[prev].16b, v24.16b\n\t"
-                "fcvt s18, h18\n\t"
-                "fcvtl v19.4s, v19.4h\n\t"
-                "fmul v19.4s, v19.4s, v18.s[0]\n\t"
-                "scvtf v25.4s, v25.4s\n\t"
-                "fmul v25.4s, v25.4s, v19.4s\n\t"
-                "fadd %[sumf].4s, %[sumf].4s, v25.4s\n\t"
+        /* an odd block first, then 2 blocks per iteration: the gathered totals alternate between prev
+         * and v26, so no copy of them and one loop test per 2 blocks */
+        __asm__("tbz %[nb], #0, 1f\n\t"
+                Q8_0_ROWS_BLOCK("v26", "%[prev]")
+                "mov %[prev].16b, v26.16b\n\t"
                 "cmp %[pa], %[end]\n\t"
-                "b.ne 1b"
+                "b.eq 2f\n\t"
+                "1:\n\t"
+                Q8_0_ROWS_BLOCK("v26", "%[prev]")
+                Q8_0_ROWS_BLOCK("%[prev]", "v26")
+                "cmp %[pa], %[end]\n\t"
+                "b.ne 1b\n\t"
+                "2:"
                 : [p0] "+r"(p0), [p1] "+r"(p1), [p2] "+r"(p2), [p3] "+r"(p3), [pa] "+r"(pa), [c0] "+w"(c0),
                   [c1] "+w"(c1), [c2] "+w"(c2), [c3] "+w"(c3), [prev] "+w"(prev), [sumf] "+w"(sumf)
-                : [end] "r"(end)
-                : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v16", "v17", "v18", "v19", "v24", "v25", "cc",
-                  "memory");
+                : [end] "r"(end), [nb] "r"(nb)
+                : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v16", "v17", "v18", "v19", "v24", "v25", "v26",
+                  "cc", "memory");
     }
     vst1q_f32(out, sumf);
 }
+#undef Q8_0_ROWS_BLOCK
 #else
 static void EL_FN(q8_0_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
     const uint8_t *pa = a, *p[4];
