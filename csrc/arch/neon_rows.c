@@ -300,6 +300,70 @@ static inline uint8x16_t q5_idx(int at) { /* bytes at (8 lanes) and at + 1 (8 la
  * register copies GCC adds around the destructive sli, and with post-indexed loads: each row's head (8
  * bytes from the block start: scale, qh and 2 qs bytes) moves the pointer on by 6, its 16 qs bytes by
  * 16 (22 = a block); rows 1 and 3 go to the high half of the head vectors with a lane load. */
+#define Q5_0_ROWS_BLOCK(T, P) \
+    "ldr h18, [%[pa]], #2\n\t" \
+    "ldp q16, q17, [%[pa]], #32\n\t" \
+    "ldr d0, [%[p0]], #6\n\t" \
+    "ld1 {v0.d}[1], [%[p1]], %[six]\n\t" \
+    "ldr d1, [%[p2]], #6\n\t" \
+    "ld1 {v1.d}[1], [%[p3]], %[six]\n\t" \
+    "ldr q24, [%[p0]], #16\n\t" \
+    "ldr q25, [%[p1]], #16\n\t" \
+    "ldr q26, [%[p2]], #16\n\t" \
+    "ldr q27, [%[p3]], #16\n\t" \
+    "mvn v2.16b, v0.16b\n\t" \
+    "mvn v3.16b, v1.16b\n\t" \
+    /* the 4 scales: halves 0 and 4 of each head vector */ \
+    "uzp1 v0.8h, v0.8h, v1.8h\n\t" \
+    "uzp1 v0.8h, v0.8h, v0.8h\n\t" \
+    "ushr v28.16b, v24.16b, #4\n\t" \
+    "ushr v29.16b, v25.16b, #4\n\t" \
+    "ushr v30.16b, v26.16b, #4\n\t" \
+    "ushr v31.16b, v27.16b, #4\n\t" \
+    /* rows 0, 1: 0xFF where a value's 5th bit is clear, inserted above the nibbles */ \
+    "tbl v5.16b, {v2.16b}, %[i00].16b\n\t" \
+    "tbl v6.16b, {v2.16b}, %[i01].16b\n\t" \
+    "tbl v7.16b, {v2.16b}, %[i10].16b\n\t" \
+    "tbl v19.16b, {v2.16b}, %[i11].16b\n\t" \
+    "cmtst v5.16b, v5.16b, %[bits].16b\n\t" \
+    "cmtst v6.16b, v6.16b, %[bits].16b\n\t" \
+    "cmtst v7.16b, v7.16b, %[bits].16b\n\t" \
+    "cmtst v19.16b, v19.16b, %[bits].16b\n\t" \
+    "sli v24.16b, v5.16b, #4\n\t" \
+    "sli v28.16b, v6.16b, #4\n\t" \
+    "sli v25.16b, v7.16b, #4\n\t" \
+    "sli v29.16b, v19.16b, #4\n\t" \
+    /* rows 2, 3 */ \
+    "tbl v5.16b, {v3.16b}, %[i00].16b\n\t" \
+    "tbl v6.16b, {v3.16b}, %[i01].16b\n\t" \
+    "tbl v7.16b, {v3.16b}, %[i10].16b\n\t" \
+    "tbl v19.16b, {v3.16b}, %[i11].16b\n\t" \
+    "cmtst v5.16b, v5.16b, %[bits].16b\n\t" \
+    "cmtst v6.16b, v6.16b, %[bits].16b\n\t" \
+    "cmtst v7.16b, v7.16b, %[bits].16b\n\t" \
+    "cmtst v19.16b, v19.16b, %[bits].16b\n\t" \
+    "sli v26.16b, v5.16b, #4\n\t" \
+    "sli v30.16b, v6.16b, #4\n\t" \
+    "sli v27.16b, v7.16b, #4\n\t" \
+    "sli v31.16b, v19.16b, #4\n\t" \
+    "sdot %[c0].4s, v24.16b, v16.16b\n\t" \
+    "sdot %[c1].4s, v25.16b, v16.16b\n\t" \
+    "sdot %[c2].4s, v26.16b, v16.16b\n\t" \
+    "sdot %[c3].4s, v27.16b, v16.16b\n\t" \
+    "sdot %[c0].4s, v28.16b, v17.16b\n\t" \
+    "sdot %[c1].4s, v29.16b, v17.16b\n\t" \
+    "sdot %[c2].4s, v30.16b, v17.16b\n\t" \
+    "sdot %[c3].4s, v31.16b, v17.16b\n\t" \
+    "addp v2.4s, %[c0].4s, %[c1].4s\n\t" \
+    "addp v3.4s, %[c2].4s, %[c3].4s\n\t" \
+    "addp " T ".4s, v2.4s, v3.4s\n\t" \
+    "sub v3.4s, " T ".4s, " P ".4s\n\t" \
+    "fcvt s18, h18\n\t" \
+    "fcvtl v0.4s, v0.4h\n\t" \
+    "fmul v0.4s, v0.4s, v18.s[0]\n\t" \
+    "scvtf v3.4s, v3.4s\n\t" \
+    "fmul v3.4s, v3.4s, v0.4s\n\t" \
+    "fadd %[sumf].4s, %[sumf].4s, v3.4s\n\t"
 static void q5_0_rows_dotprod(size_t n, const void *w, size_t ws, const void *a, float *out) {
     const size_t nb = n / QK5_0;
     _Static_assert(sizeof(block_q5_0) == 2 + 4 + 16, "the loads below walk a block as 6 head bytes, then 16");
@@ -314,82 +378,28 @@ static void q5_0_rows_dotprod(size_t n, const void *w, size_t ws, const void *a,
         const uint8_t *end = pa + nb * sizeof(block_q8_0);
         const size_t six = 6;
         int32x4_t c0 = vdupq_n_s32(0), c1 = c0, c2 = c0, c3 = c0, prev = c0;
-        __asm__("1:\n\t"
-                "ldr h18, [%[pa]], #2\n\t"
-                "ldp q16, q17, [%[pa]], #32\n\t"
-                "ldr d0, [%[p0]], #6\n\t"
-                "ld1 {v0.d}[1], [%[p1]], %[six]\n\t"
-                "ldr d1, [%[p2]], #6\n\t"
-                "ld1 {v1.d}[1], [%[p3]], %[six]\n\t"
-                "ldr q24, [%[p0]], #16\n\t"
-                "ldr q25, [%[p1]], #16\n\t"
-                "ldr q26, [%[p2]], #16\n\t"
-                "ldr q27, [%[p3]], #16\n\t"
-                "mvn v2.16b, v0.16b\n\t"
-                "mvn v3.16b, v1.16b\n\t"
-                /* the 4 scales: halves 0 and 4 of each head vector */
-                "uzp1 v0.8h, v0.8h, v1.8h\n\t"
-                "uzp1 v0.8h, v0.8h, v0.8h\n\t"
-                "ushr v28.16b, v24.16b, #4\n\t"
-                "ushr v29.16b, v25.16b, #4\n\t"
-                "ushr v30.16b, v26.16b, #4\n\t"
-                "ushr v31.16b, v27.16b, #4\n\t"
-                /* rows 0, 1: 0xFF where a value's 5th bit is clear, inserted above the nibbles */
-                "tbl v5.16b, {v2.16b}, %[i00].16b\n\t"
-                "tbl v6.16b, {v2.16b}, %[i01].16b\n\t"
-                "tbl v7.16b, {v2.16b}, %[i10].16b\n\t"
-                "tbl v19.16b, {v2.16b}, %[i11].16b\n\t"
-                "cmtst v5.16b, v5.16b, %[bits].16b\n\t"
-                "cmtst v6.16b, v6.16b, %[bits].16b\n\t"
-                "cmtst v7.16b, v7.16b, %[bits].16b\n\t"
-                "cmtst v19.16b, v19.16b, %[bits].16b\n\t"
-                "sli v24.16b, v5.16b, #4\n\t"
-                "sli v28.16b, v6.16b, #4\n\t"
-                "sli v25.16b, v7.16b, #4\n\t"
-                "sli v29.16b, v19.16b, #4\n\t"
-                /* rows 2, 3 */
-                "tbl v5.16b, {v3.16b}, %[i00].16b\n\t"
-                "tbl v6.16b, {v3.16b}, %[i01].16b\n\t"
-                "tbl v7.16b, {v3.16b}, %[i10].16b\n\t"
-                "tbl v19.16b, {v3.16b}, %[i11].16b\n\t"
-                "cmtst v5.16b, v5.16b, %[bits].16b\n\t"
-                "cmtst v6.16b, v6.16b, %[bits].16b\n\t"
-                "cmtst v7.16b, v7.16b, %[bits].16b\n\t"
-                "cmtst v19.16b, v19.16b, %[bits].16b\n\t"
-                "sli v26.16b, v5.16b, #4\n\t"
-                "sli v30.16b, v6.16b, #4\n\t"
-                "sli v27.16b, v7.16b, #4\n\t"
-                "sli v31.16b, v19.16b, #4\n\t"
-                "sdot %[c0].4s, v24.16b, v16.16b\n\t"
-                "sdot %[c1].4s, v25.16b, v16.16b\n\t"
-                "sdot %[c2].4s, v26.16b, v16.16b\n\t"
-                "sdot %[c3].4s, v27.16b, v16.16b\n\t"
-                "sdot %[c0].4s, v28.16b, v17.16b\n\t"
-                "sdot %[c1].4s, v29.16b, v17.16b\n\t"
-                "sdot %[c2].4s, v30.16b, v17.16b\n\t"
-                "sdot %[c3].4s, v31.16b, v17.16b\n\t"
-                "addp v2.4s, %[c0].4s, %[c1].4s\n\t"
-                "addp v3.4s, %[c2].4s, %[c3].4s\n\t"
-                "addp v2.4s, v2.4s, v3.4s\n\t"
-                "sub v3.4s, v2.4s, %[prev].4s\n\t"
-                "mov %[prev].16b, v2.16b\n\t"
-                "fcvt s18, h18\n\t"
-                "fcvtl v0.4s, v0.4h\n\t"
-                "fmul v0.4s, v0.4s, v18.s[0]\n\t"
-                "scvtf v3.4s, v3.4s\n\t"
-                "fmul v3.4s, v3.4s, v0.4s\n\t"
-                "fadd %[sumf].4s, %[sumf].4s, v3.4s\n\t"
+        /* as in q8_0_rows_dotprod: an odd block first, then 2 per step, the totals alternating registers */
+        __asm__("tbz %[nb], #0, 1f\n\t"
+                Q5_0_ROWS_BLOCK("v4", "%[prev]")
+                "mov %[prev].16b, v4.16b\n\t"
                 "cmp %[pa], %[end]\n\t"
-                "b.ne 1b"
+                "b.eq 2f\n\t"
+                "1:\n\t"
+                Q5_0_ROWS_BLOCK("v4", "%[prev]")
+                Q5_0_ROWS_BLOCK("%[prev]", "v4")
+                "cmp %[pa], %[end]\n\t"
+                "b.ne 1b\n\t"
+                "2:"
                 : [p0] "+r"(p0), [p1] "+r"(p1), [p2] "+r"(p2), [p3] "+r"(p3), [pa] "+r"(pa), [c0] "+w"(c0),
                   [c1] "+w"(c1), [c2] "+w"(c2), [c3] "+w"(c3), [prev] "+w"(prev), [sumf] "+w"(sumf)
-                : [end] "r"(end), [six] "r"(six), [bits] "w"(bits), [i00] "w"(i00), [i01] "w"(i01),
+                : [end] "r"(end), [nb] "r"(nb), [six] "r"(six), [bits] "w"(bits), [i00] "w"(i00), [i01] "w"(i01),
                   [i10] "w"(i10), [i11] "w"(i11)
-                : "v0", "v1", "v2", "v3", "v5", "v6", "v7", "v16", "v17", "v18", "v19", "v24", "v25", "v26",
+                : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v16", "v17", "v18", "v19", "v24", "v25", "v26",
                   "v27", "v28", "v29", "v30", "v31", "cc", "memory");
     }
     vst1q_f32(out, sumf);
 }
+#undef Q5_0_ROWS_BLOCK
 #else
 static void EL_FN(q5_0_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
     const uint8_t *pa = a, *p[4];
