@@ -100,6 +100,7 @@ static void fill(el_kernels *k, const char *name) {
         el_kernels_fill_neon(k, strcmp(name, "neon-dotprod") == 0);
         el_kernels_fill_neon_batch(k, strcmp(name, "neon-dotprod") == 0);
         el_kernels_fill_neon_attention(k);
+        el_kernels_fill_neon_rows(k, strcmp(name, "neon-dotprod") == 0);
     }
 #endif
     k->llx = el_llx_kernels_for(name);
@@ -244,4 +245,5 @@ void el_kernels_fill_avx2_attention(el_kernels *k) { (void)k; }
 void el_kernels_fill_neon(el_kernels *k, int dotprod) { (void)k; (void)dotprod; }
 void el_kernels_fill_neon_attention(el_kernels *k) { (void)k; }
 void el_kernels_fill_neon_batch(el_kernels *k, int dotprod) { (void)k; (void)dotprod; }
+void el_kernels_fill_neon_rows(el_kernels *k, int dotprod) { (void)k; (void)dotprod; }
 #endif

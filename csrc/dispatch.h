@@ -66,6 +66,7 @@ void el_kernels_fill_neon(el_kernels *k, int dotprod);  /* aarch64 builds only *
 void el_kernels_fill_avx2_attention(el_kernels *k);     /* arch/avx2_attention.c */
 void el_kernels_fill_neon_attention(el_kernels *k);     /* arch/neon_attention.c */
 void el_kernels_fill_neon_batch(el_kernels *k, int dotprod); /* arch/neon_batch.c: vec_dot_nv, tiles */
+void el_kernels_fill_neon_rows(el_kernels *k, int dotprod); /* arch/neon_rows.c: vec_dot_rows */
 
 /* scalar float helpers, also the references for the SIMD versions */
 float el_dot_f32_scalar(size_t n, const float *a, const float *b);
