@@ -555,8 +555,8 @@ static void test_matmul(rng_t *r) {
 /* ------------------------------------------------------------------ batches: bit-identical to single rows */
 
 /* Quant bytes at their extreme (scales left random): every weight at the type's largest magnitude,
- * every activation -128 (Q8_0 weights -127: AVX2 documents -128 weights as outside its domain), all
- * products of one sign. The integer sums then reach their largest values, which is where a narrow
+ * every activation -128 (Q8_K's bsums to match: the NEON Q6_K matvec uses them; Q8_0 weights -127: AVX2
+ * documents -128 weights as outside its domain), all products of one sign. The integer sums then reach their largest values, which is where a narrow
  * (int16) partial sum in a SIMD kernel would overflow (arch/neon_batch.c's dot32s, for one). */
 static void make_extreme(int type, uint8_t *p, size_t n) {
     static const struct { int type; size_t bytes, from, to; uint8_t v; } ext[] = {
@@ -567,8 +567,13 @@ static void make_extreme(int type, uint8_t *p, size_t n) {
     };
     for (size_t t = 0; t < sizeof ext / sizeof ext[0]; t++)
         if (ext[t].type == type)
-            for (size_t b = 0; b < el_row_bytes(type, n) / ext[t].bytes; b++)
+            for (size_t b = 0; b < el_row_bytes(type, n) / ext[t].bytes; b++) {
                 memset(p + b * ext[t].bytes + ext[t].from, ext[t].v, ext[t].to - ext[t].from);
+                if (type == EL_TYPE_Q8_K) { /* bsums stay the sums of their 16 values, as the quantizer makes them */
+                    const int16_t s = -128 * 16;
+                    for (size_t j = 0; j < QK_K / 16; j++) memcpy(p + b * ext[t].bytes + offsetof(block_q8_K, bsums) + 2 * j, &s, 2);
+                }
+            }
 }
 
 /* Every lane of vec_dot_nv, vec_dot_tile and vec_dot_rows carries the bits of the same table's vec_dot (the
