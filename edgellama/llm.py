@@ -23,7 +23,7 @@ import numpy.typing as npt
 from edgellama import session
 from edgellama.completion import CompletionAPI
 from edgellama.gguf.metadata import Metadata
-from edgellama.gguf.reader import GGUFFile
+from edgellama.gguf.split import open_model_file
 from edgellama.memplan import MemoryPlan, choose_plan
 from edgellama.native.engine import Engine, Pool
 from edgellama.native.lib import KernelError
@@ -138,7 +138,7 @@ class LLM(CompletionAPI):
         self.seed = seed if seed is not None and seed >= 0 else None
         self.chat_format_name = chat_format
         self._chat: ChatFormatter | None = None
-        self.file = GGUFFile(self.path)
+        self.file = open_model_file(self.path)
         try:
             self.hp, self.desc = build_desc(self.file)
             threads = n_threads or default_threads()
