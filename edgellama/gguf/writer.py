@@ -61,7 +61,7 @@ class _Tensor(NamedTuple):
     ggml_type: int
     n_bytes: int
     data: npt.NDArray[np.uint8] | None  # None: produce() gives the bytes at write time
-    produce: Callable[[], TensorData] | None = None
+    produce: Callable[[], Any] | None = None
 
 
 def _int_type(lo: int, hi: int) -> GGUFValueType:
@@ -246,9 +246,10 @@ class GGUFWriter:
         self._tensors[name] = _Tensor(name, dims, int(ggml_type), need, raw)
 
     def add_tensor_producer(
-        self, name: str, shape: Sequence[int], ggml_type: int, produce: Callable[[], TensorData]
+        self, name: str, shape: Sequence[int], ggml_type: int, produce: Callable[[], Any]
     ) -> None:
-        """Add a tensor whose bytes produce() returns when write() gets to it, one tensor at a time:
+        """Add a tensor whose bytes produce() returns (whole, or as an iterable of slabs) when write()
+        gets to it, one tensor at a time:
         what lets quantize and split hold one tensor in memory, not the model."""
         if name in self._tensors:
             raise ValueError(f"duplicate tensor name {name!r}")
@@ -303,11 +304,19 @@ class GGUFWriter:
             self._write_tensor(f, t)
 
     def _write_tensor(self, f: Any, t: _Tensor) -> None:
-        data = t.data
-        if data is None:
+        if t.data is not None:
+            f.write(t.data.data)
+        else:
             assert t.produce is not None
-            data = _as_bytes(t.produce())
-            if data.size != t.n_bytes:
-                raise ValueError(f"tensor {t.name!r}: producer gave {data.size} bytes, {t.n_bytes} expected")
-        f.write(data.data)
+            made = t.produce()
+            chunks = [made] if isinstance(made, (bytes, bytearray, memoryview, np.ndarray)) else made
+            n = 0
+            for chunk in chunks:  # a producer may hand the bytes over in slabs, each written at once
+                data = _as_bytes(chunk)
+                n += data.size
+                if n > t.n_bytes:
+                    break
+                f.write(data.data)
+            if n != t.n_bytes:
+                raise ValueError(f"tensor {t.name!r}: producer gave {n}+ bytes, {t.n_bytes} expected")
         f.write(bytes(self._pad(t.n_bytes)))

@@ -1,0 +1,186 @@
+"""`edgellama quantize`: llama-quantize's tensor types per file type, and every tensor's bytes equal to
+an independent quantizer's (the gguf package's numpy quantizers where it has one, llama.cpp's own
+quantize_row_*_ref for the K types)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import pytest
+
+from edgellama.cli import main
+from edgellama.gguf.ggml_types import GGMLType as T
+from edgellama.gguf.quant_mix import Options, llama_order
+from edgellama.gguf.quantize import RequantizeError, parse_override, quantize_model
+from edgellama.gguf.reader import GGUFError, GGUFFile, GGUFValueType
+from edgellama.gguf.writer import GGUFWriter
+
+N_LAYER, N_EMBD, N_KV, N_FF, N_VOCAB = 8, 256, 64, 512, 32
+GGUF_QUANTIZERS = {T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.F16, T.BF16}
+
+
+def _model(path: Path, tied: bool = False, dtype: Any = np.float32) -> Path:
+    """A llama-shaped F32 model (n_gqa 4), tensors written in an order llama.cpp's loader changes,
+    plus two odd row lengths (96: no 256-block type fits; 40: no block type fits)."""
+    rng = np.random.default_rng(7)
+    w = GGUFWriter(path, arch="llama")
+    w.add("general.name", "synthetic")
+    w.add("general.file_type", 0, GGUFValueType.UINT32)
+    for k, v in (("block_count", N_LAYER), ("embedding_length", N_EMBD), ("attention.head_count", 4),
+                 ("attention.head_count_kv", 1), ("feed_forward_length", N_FF)):
+        w.add(f"llama.{k}", v, GGUFValueType.UINT32)
+
+    def add(name: str, *shape: int) -> None:  # shape in numpy order (rows, row length)
+        w.add_tensor(name, rng.standard_normal(shape).astype(dtype))
+
+    for i in reversed(range(N_LAYER)):
+        add(f"blk.{i}.attn_norm.weight", N_EMBD)
+        add(f"blk.{i}.attn_q.weight", N_EMBD, N_EMBD)
+        add(f"blk.{i}.attn_k.weight", N_KV, N_EMBD)
+        add(f"blk.{i}.attn_v.weight", N_KV, N_EMBD)
+        add(f"blk.{i}.attn_output.weight", N_EMBD, N_EMBD)
+        add(f"blk.{i}.ffn_gate.weight", N_FF, N_EMBD)
+        add(f"blk.{i}.ffn_up.weight", N_FF, N_EMBD)
+        add(f"blk.{i}.ffn_down.weight", N_EMBD, N_FF)
+    add("blk.0.odd96.weight", 4, 96)
+    add("blk.0.odd40.weight", 4, 40)
+    add("token_embd.weight", N_VOCAB, N_EMBD)
+    if not tied:
+        add("output.weight", N_VOCAB, N_EMBD)
+    add("output_norm.weight", N_EMBD)
+    return w.write()
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _model(tmp_path_factory.mktemp("q") / "f32.gguf")
+
+
+def _more_bits(i: int, n: int) -> bool:  # llama-quant.cpp's use_more_bits, restated for the expectations
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def expected_types(ft: str, name: str, tied: bool = False) -> int:
+    """llama-quantize's choice for this synthetic model, worked out by hand from llama-quant.cpp."""
+    default = {"Q4_K_M": T.Q4_K, "Q5_K_M": T.Q5_K, "Q6_K": T.Q6_K}.get(ft) or T[ft]
+    if name.endswith("norm.weight"):
+        return T.F32
+    if name == "blk.0.odd40.weight":
+        return T.F16  # no block type divides 40
+    if name == "blk.0.odd96.weight":
+        return {T.Q4_K: T.Q5_0, T.Q5_K: T.Q5_1, T.Q6_K: T.Q8_0}.get(default, default)
+    if name == "output.weight" or (tied and name == "token_embd.weight"):
+        return T.Q8_0 if default == T.Q8_0 else T.Q6_K
+    layer = int(name.split(".")[1]) if name.startswith("blk.") else -1
+    if ft in ("Q4_K_M", "Q5_K_M") and ("attn_v" in name or "ffn_down" in name) and _more_bits(layer, N_LAYER):
+        return T.Q6_K
+    return default
+
+
+TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_M", "Q5_K_M", "Q6_K"]
+
+
+@pytest.mark.parametrize("ft", TYPES)
+def test_types_and_bytes_match_independent_quantizers(model: Path, tmp_path: Path, ft: str, llamacpp_quants: Any) -> None:
+    out = quantize_model(model, tmp_path / "o.gguf", ft).path
+    with GGUFFile(model) as src, GGUFFile(out) as q:
+        assert [t.name for t in q.tensors] == llama_order([t.name for t in src.tensors])
+        for t in q.tensors:
+            want = expected_types(ft, t.name)
+            assert t.ggml_type == want, f"{t.name}: {T(t.ggml_type).name}, llama.cpp picks {T(want).name}"
+            x = src.tensor(t.name).data.view(np.float32).reshape(-1)
+            if t.ggml_type == T.F32:
+                ref = x.view(np.uint8)
+            elif t.ggml_type in GGUF_QUANTIZERS:
+                ref = gguf.quants.quantize(x.reshape(t.shape[::-1]), gguf.GGMLQuantizationType(t.ggml_type))
+            else:
+                ref = llamacpp_quants.quantize(t.ggml_type, x)
+            assert np.array_equal(t.data, np.asarray(ref).reshape(-1).view(np.uint8)), t.name
+        keys = list(q.metadata)
+        assert keys[-2:] == ["general.quantization_version", "general.file_type"]
+        assert q.get("general.quantization_version") == 2
+        assert q.get("general.file_type") == {"Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9,
+                                              "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18}[ft]
+    r = gguf.GGUFReader(out)  # the gguf package reads the result
+    assert len(r.tensors) == 8 * N_LAYER + 5
+
+
+def test_tied_embeddings_take_the_output_type(tmp_path: Path) -> None:
+    src = _model(tmp_path / "tied.gguf", tied=True)
+    r = quantize_model(src, tmp_path / "o.gguf", "Q4_K_M")
+    got = {c.name: c.new_type for c in r.choices}
+    assert got["token_embd.weight"] == T.Q6_K
+    opts = Options(output_type=T.Q8_0, token_embedding_type=T.Q4_0)
+    r2 = quantize_model(src, tmp_path / "o2.gguf", "Q4_K_M", opts=opts)
+    assert {c.name: c.new_type for c in r2.choices}["token_embd.weight"] == T.Q4_0
+
+
+def test_options_pure_leave_output_and_override_kv(model: Path, tmp_path: Path) -> None:
+    pure = {c.name: c.new_type for c in quantize_model(model, tmp_path / "p.gguf", "Q4_K_M",
+                                                        opts=Options(pure=True)).choices}
+    assert pure["blk.0.attn_v.weight"] == T.Q4_K and pure["output.weight"] == T.Q4_K
+    assert pure["blk.0.odd96.weight"] == T.Q5_0  # the fallback still applies
+    left = quantize_model(model, tmp_path / "l.gguf", "Q8_0", opts=Options(quantize_output=False),
+                          overrides=[parse_override("general.name=str:renamed"), parse_override("x.n=int:-5")])
+    assert {c.name: c.new_type for c in left.choices}["output.weight"] == T.F32
+    with GGUFFile(left.path) as f:
+        assert f.get("general.name") == "renamed" and f.get("x.n") == 5
+        assert f.metadata_types["x.n"] == (GGUFValueType.UINT32,)
+    with pytest.raises(ValueError, match="KEY=TYPE:VALUE"):
+        parse_override("general.name=renamed")
+
+
+def test_requantize_is_refused_unless_allowed_and_dequantize_round_trips(model: Path, tmp_path: Path) -> None:
+    q8 = quantize_model(model, tmp_path / "q8.gguf", "Q8_0").path
+    with pytest.raises(RequantizeError, match="already Q8_0: requantizing is refused without --allow-requantize"):
+        quantize_model(q8, tmp_path / "q4.gguf", "Q4_0")
+    f32 = quantize_model(q8, tmp_path / "back.gguf", "F32", allow_requantize=True).path
+    again = quantize_model(f32, tmp_path / "again.gguf", "Q8_0").path
+    with GGUFFile(q8) as a, GGUFFile(again) as b:  # Q8_0 of its own dequantized values: the same blocks
+        for t in a.tensors:
+            assert np.array_equal(t.data, b.tensor(t.name).data), t.name
+
+
+def test_f16_input_and_threads_give_the_same_bytes(tmp_path: Path) -> None:
+    src = _model(tmp_path / "f16.gguf", dtype=np.float16)
+    one = quantize_model(src, tmp_path / "a.gguf", "Q5_K_M", threads=1).path
+    two = quantize_model(src, tmp_path / "b.gguf", "Q5_K_M", threads=2).path
+    assert one.read_bytes() == two.read_bytes()
+
+
+def test_smollm2_requantized_keeps_its_greedy_tokens(smollm2_path: Path, tmp_path: Path) -> None:
+    from edgellama.llm import LLM
+
+    out = quantize_model(smollm2_path, tmp_path / "q8.gguf", "Q8_0", allow_requantize=True, threads=2).path
+    prompt = [1, 504, 3458, 282, 4649, 314, 253, 1345, 28, 378, 1848, 282]
+    with LLM(smollm2_path, n_ctx=64, n_threads=1) as a:
+        want = a.eval(prompt, all_logits=True).argmax(axis=1)
+    with LLM(out, n_ctx=64, n_threads=1) as b:
+        got = b.eval(prompt, all_logits=True).argmax(axis=1)
+    assert (got == want).mean() >= 0.9, (got, want)
+
+
+def test_cli_json_and_bad_input(model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["quantize", str(model), str(tmp_path / "o.gguf"), "q4_k", "--json", "-t", "2"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["file_type"] == "Q4_K_M" and doc["types"]["Q6_K"] == 9 and doc["size_out"] < doc["size_in"]
+    assert main(["quantize", str(model), str(tmp_path / "o.gguf"), "Q4_0"]) == 1
+    assert "already exists" in capsys.readouterr().err
+    assert main(["quantize", str(model), str(tmp_path / "x.gguf"), "IQ9_Z"]) == 1
+    assert "unknown quantization type 'IQ9_Z'" in capsys.readouterr().err
+    bad = tmp_path / "trunc.gguf"
+    bad.write_bytes(model.read_bytes()[:5000])
+    assert main(["quantize", str(bad), str(tmp_path / "y.gguf"), "Q8_0"]) == 1
+    assert "trunc.gguf" in capsys.readouterr().err  # the reader's error, naming the file
+    nan = tmp_path / "nan.gguf"
+    w = GGUFWriter(nan, arch="llama")
+    w.add_tensor("blk.0.attn_q.weight", np.full((2, 32), np.nan, np.float32))
+    w.write()
+    assert main(["quantize", str(nan), str(tmp_path / "z.gguf"), "Q8_0"]) == 1
+    assert "inf or NaN" in capsys.readouterr().err
+    with pytest.raises(GGUFError):
+        quantize_model(bad, tmp_path / "w.gguf", "Q8_0")
