@@ -184,3 +184,23 @@ def test_cli_json_and_bad_input(model: Path, tmp_path: Path, capsys: pytest.Capt
     assert "inf or NaN" in capsys.readouterr().err
     with pytest.raises(GGUFError):
         quantize_model(bad, tmp_path / "w.gguf", "Q8_0")
+
+
+@pytest.mark.parametrize("which", ["gemma", "smollm2", pytest.param("qwen", marks=pytest.mark.slow)])
+def test_type_choices_equal_those_llama_quantize_made(which: str, request: pytest.FixtureRequest) -> None:
+    """The shipped models were made by llama-quantize (no importance matrix changes a type choice):
+    for each file's own type, every tensor gets the type the file holds. Gemma's was made by a recent
+    llama-quantize, whose tensor order (by layer, then name) quantize writes too; the older SmolLM2
+    and Qwen files keep their converter's order."""
+    from edgellama.gguf.quant_mix import FILE_TYPES, choose_types
+
+    path = request.getfixturevalue(f"{which}_path")
+    names = {v[0]: k for k, v in FILE_TYPES.items()}
+    with GGUFFile(path) as f:
+        ft = names[int(f.get("general.file_type"))]
+        choices = choose_types(f.tensors, f.metadata, ft, Options())
+        differ = [(c.name, T(c.new_type).name, f.tensor(c.name).type_name) for c in choices
+                  if c.new_type != f.tensor(c.name).ggml_type]
+        assert not differ, f"{which} {ft}: {differ[:5]}"
+        if which == "gemma":
+            assert [t.name for t in f.tensors] == llama_order([t.name for t in f.tensors])

@@ -94,10 +94,13 @@ def _convert(t: GGUFTensor, new_type: int, threads: int) -> Iterator[npt.NDArray
     def one(slab: tuple[int, int]) -> npt.NDArray[np.uint8]:
         x = _floats(t, slab[0], slab[1], n_per_row)
         try:
-            return kernels.quantize(x, new_type)
+            q = kernels.quantize(x, new_type)
         except (KernelError, ValueError) as exc:
             raise ValueError(f"tensor {t.name!r} rows {slab[0]}..{slab[0] + slab[1]}: cannot convert to "
                              f"{type_name(new_type)}: {exc} (inf or NaN in the input?)") from None
+        rb = row_bytes(t.ggml_type, n_per_row)
+        _release(t, slab[0] * rb, slab[1] * rb)
+        return q
 
     if threads <= 1 or len(slabs) == 1:
         yield from map(one, slabs)
@@ -165,16 +168,18 @@ def _producer(t: GGUFTensor, c: Choice, threads: int, i: int, n: int,
     return produce
 
 
-def _release(t: GGUFTensor) -> None:
-    """Drop the input tensor's pages from this process (they stay in the page cache): without it the
-    mapped input counts in the RSS until the end, as much as the whole model."""
+def _release(t: GGUFTensor, rel: int = 0, n: int | None = None) -> None:
+    """Drop bytes [rel, rel + n) of the input tensor (all of it by default) from this process; they
+    stay in the page cache. Without it the mapped input counts in the RSS until the end, as much as
+    the whole model; with it, per slab, the peak is a slab or two, not the largest tensor."""
     mm = t._buf
-    if not isinstance(mm, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED") or t.n_bytes == 0:
+    n = t.n_bytes - rel if n is None else n
+    if not isinstance(mm, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED") or n <= 0:
         return
-    page = mmap.PAGESIZE
-    start = t.offset - t.offset % page
+    first = t.offset + rel
+    start = first - first % mmap.PAGESIZE  # a shared edge page is simply read again if needed
     try:
-        mm.madvise(mmap.MADV_DONTNEED, start, t.offset + t.n_bytes - start)
+        mm.madvise(mmap.MADV_DONTNEED, start, first + n - start)
     except (OSError, ValueError):
         pass  # only a memory figure is lost
 
