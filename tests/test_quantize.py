@@ -204,3 +204,40 @@ def test_type_choices_equal_those_llama_quantize_made(which: str, request: pytes
         assert not differ, f"{which} {ft}: {differ[:5]}"
         if which == "gemma":
             assert [t.name for t in f.tensors] == llama_order([t.name for t in f.tensors])
+
+
+def test_hostile_inputs_fail_with_a_clear_error(tmp_path: Path) -> None:
+    """Truncations and random header bytes of a small model: quantize and split either work or raise
+    one of the expected errors (never crash); a type the kernels cannot read is named."""
+    from edgellama.gguf.split import split_model
+    from edgellama.native.lib import KernelError
+
+    src = tmp_path / "small.gguf"
+    w = GGUFWriter(src, arch="llama")
+    w.add("llama.block_count", 1, GGUFValueType.UINT32)
+    w.add_tensor("blk.0.attn_q.weight", np.linspace(-1, 1, 64 * 4, dtype=np.float32).reshape(4, 64))
+    w.add_tensor("blk.0.attn_norm.weight", np.ones(64, np.float32))
+    w.write()
+    data = src.read_bytes()
+    rng = np.random.default_rng(3)
+    bad = tmp_path / "bad.gguf"
+    for i in range(120):
+        b = bytearray(data)
+        if i % 3 == 0:
+            b = b[: int(rng.integers(0, len(b)))]
+        else:
+            for _ in range(int(rng.integers(1, 4))):
+                b[int(rng.integers(0, 300))] = int(rng.integers(0, 256))
+        bad.write_bytes(bytes(b))
+        for op in (lambda: quantize_model(bad, tmp_path / "o.gguf", "Q8_0", allow_requantize=True),
+                   lambda: split_model(bad, tmp_path / "p", max_tensors=1)):
+            try:
+                op()
+            except (GGUFError, ValueError, KernelError, UnicodeError):
+                pass
+    iq = tmp_path / "iq.gguf"
+    w = GGUFWriter(iq, arch="llama")
+    w.add_tensor("blk.0.attn_q.weight", np.zeros(66 * 2, np.uint8), (256, 2), T.IQ2_XXS)
+    w.write()
+    with pytest.raises(ValueError, match="tensor .blk.0.attn_q.weight.: its type IQ2_XXS is not supported"):
+        quantize_model(iq, tmp_path / "x.gguf", "Q8_0", allow_requantize=True)

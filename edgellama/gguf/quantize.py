@@ -132,7 +132,12 @@ def quantize_model(src_path: str | os.PathLike[str], out_path: str | os.PathLike
         order = llama_order([t.name for t in src.tensors])
         tensors = [src.tensor(n) for n in order]
         choices = choose_types(tensors, src.metadata, ft, opts)
+        from edgellama.native.kernels import WEIGHT_TYPES
+
         for c in choices:
+            if c.new_type != c.src_type and c.src_type not in WEIGHT_TYPES:
+                raise ValueError(f"tensor {c.name!r}: its type {type_name(c.src_type)} is not supported by the "
+                                 "kernels, so it cannot be converted")
             if c.new_type != c.src_type and c.src_type in QUANTIZED and not allow_requantize:
                 raise RequantizeError(f"tensor {c.name!r} is already {type_name(c.src_type)}: requantizing is "
                                       "refused without --allow-requantize (quality loss)")
