@@ -227,6 +227,7 @@ def test_split_merge_info_commands(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["info", str(first), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["tensor_count"] == 6 and len(info["pieces"]) == 6
+    assert [t["piece"] for t in info["tensors"]] == [1, 2, 3, 4, 5, 6]
     assert info["sha256"]["source"].endswith(".sha256")
     assert main(["merge", str(first), str(tmp_path / "m.gguf")]) == 0
     assert (tmp_path / "m.gguf").read_bytes() == src.read_bytes()

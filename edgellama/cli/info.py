@@ -174,6 +174,7 @@ def hyperparameters(f: ModelFile) -> dict[str, str]:
 
 
 def report_json(f: ModelFile, full: bool, sha: dict[str, Any] | None) -> dict[str, Any]:
+    piece = {t.name: i + 1 for i, p in enumerate(f.pieces) for t in p.tensors} if isinstance(f, SplitGGUF) else {}
     return {
         "path": str(f.path),
         "file_size": f.file_size,
@@ -187,7 +188,8 @@ def report_json(f: ModelFile, full: bool, sha: dict[str, Any] | None) -> dict[st
         "metadata": {k: value_json(v, f.metadata_types[k], full) for k, v in f.metadata.items()},
         "types": type_table(f),
         "tensors": [
-            {"name": t.name, "shape": list(t.shape), "type": t.type_name, "offset": t.offset, "n_bytes": t.n_bytes}
+            {"name": t.name, "shape": list(t.shape), "type": t.type_name, "offset": t.offset, "n_bytes": t.n_bytes,
+             **({"piece": piece[t.name]} if piece else {})}  # a split model: offsets are in that piece (1-based)
             for t in f.tensors
         ],
         "pieces": _pieces(f),
