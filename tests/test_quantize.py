@@ -65,23 +65,39 @@ def _more_bits(i: int, n: int) -> bool:  # llama-quant.cpp's use_more_bits, rest
 
 
 def expected_types(ft: str, name: str, tied: bool = False) -> int:
-    """llama-quantize's choice for this synthetic model, worked out by hand from llama-quant.cpp."""
-    default = {"Q4_K_M": T.Q4_K, "Q5_K_M": T.Q5_K, "Q6_K": T.Q6_K}.get(ft) or T[ft]
+    """llama-quantize's choice for this synthetic model (8 layers, n_gqa 4, no experts), worked out
+    by hand from llama-quant.cpp."""
+    default = {"Q2_K": T.Q2_K, "Q3_K_S": T.Q3_K, "Q3_K_M": T.Q3_K, "Q3_K_L": T.Q3_K, "Q4_K_S": T.Q4_K,
+               "Q4_K_M": T.Q4_K, "Q5_K_S": T.Q5_K, "Q5_K_M": T.Q5_K, "Q6_K": T.Q6_K}.get(ft) or T[ft]
     if name.endswith("norm.weight"):
         return T.F32
+    if default in (T.F32, T.F16, T.BF16):
+        return default  # no mix, no fallback
     if name == "blk.0.odd40.weight":
         return T.F16  # no block type divides 40
     if name == "blk.0.odd96.weight":
-        return {T.Q4_K: T.Q5_0, T.Q5_K: T.Q5_1, T.Q6_K: T.Q8_0}.get(default, default)
+        return {T.Q2_K: T.Q4_0, T.Q3_K: T.Q4_0, T.Q4_K: T.Q5_0, T.Q5_K: T.Q5_1, T.Q6_K: T.Q8_0}.get(default, default)
     if name == "output.weight" or (tied and name == "token_embd.weight"):
         return T.Q8_0 if default == T.Q8_0 else T.Q6_K
     layer = int(name.split(".")[1]) if name.startswith("blk.") else -1
-    if ft in ("Q4_K_M", "Q5_K_M") and ("attn_v" in name or "ffn_down" in name) and _more_bits(layer, N_LAYER):
-        return T.Q6_K
+    more = _more_bits(layer, N_LAYER)
+    if "attn_v" in name:
+        return {"Q2_K": T.Q4_K, "Q3_K_M": T.Q5_K if layer < 2 else T.Q4_K, "Q3_K_L": T.Q5_K,
+                "Q4_K_M": T.Q6_K if more else default, "Q5_K_M": T.Q6_K if more else default,
+                "Q4_K_S": T.Q5_K if layer < 4 else default}.get(ft, default)
+    if "ffn_down" in name:
+        return {"Q2_K": T.Q3_K, "Q3_K_M": T.Q4_K, "Q3_K_L": T.Q5_K, "Q4_K_M": T.Q6_K if more else default,
+                "Q5_K_M": T.Q6_K if more else default, "Q4_K_S": T.Q5_K if layer < 1 else default}.get(ft, default)
+    if "attn_output" in name:
+        return {"Q2_K": T.Q3_K, "Q3_K_M": T.Q4_K, "Q3_K_L": T.Q5_K}.get(ft, default)
     return default
 
 
-TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_M", "Q5_K_M", "Q6_K"]
+TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M",
+         "Q5_K_S", "Q5_K_M", "Q6_K", "F16", "BF16", "F32"]
+FILE_TYPE_IDS = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10, "Q3_K_S": 11,
+                 "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18,
+                 "BF16": 32}
 
 
 @pytest.mark.parametrize("ft", TYPES)
@@ -103,8 +119,7 @@ def test_types_and_bytes_match_independent_quantizers(model: Path, tmp_path: Pat
         keys = list(q.metadata)
         assert keys[-2:] == ["general.quantization_version", "general.file_type"]
         assert q.get("general.quantization_version") == 2
-        assert q.get("general.file_type") == {"Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9,
-                                              "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18}[ft]
+        assert q.get("general.file_type") == FILE_TYPE_IDS[ft]  # llama.h's llama_ftype numbers
     r = gguf.GGUFReader(out)  # the gguf package reads the result
     assert len(r.tensors) == 8 * N_LAYER + 5
 
