@@ -88,7 +88,9 @@ def _convert(t: GGUFTensor, new_type: int, threads: int) -> Iterator[npt.NDArray
 
     n_per_row = t.shape[0]
     n_rows = t.n_elements // n_per_row
-    per_slab = max(1, SLAB_FLOATS // n_per_row)
+    # at most SLAB_FLOATS a slab, and at least one slab a thread (rows quantize independently, so the
+    # bytes do not depend on the split)
+    per_slab = max(1, min(SLAB_FLOATS // n_per_row, -(-n_rows // threads)))
     slabs = [(r, min(per_slab, n_rows - r)) for r in range(0, n_rows, per_slab)]
 
     def one(slab: tuple[int, int]) -> npt.NDArray[np.uint8]:
