@@ -256,3 +256,60 @@ def test_hostile_inputs_fail_with_a_clear_error(tmp_path: Path) -> None:
     w.write()
     with pytest.raises(ValueError, match="tensor .blk.0.attn_q.weight.: its type IQ2_XXS is not supported"):
         quantize_model(iq, tmp_path / "x.gguf", "Q8_0", allow_requantize=True)
+
+
+# llama.cpp's own outputs (llama_model_quantize of llama-cpp-python 0.3.36) from F16 inputs made by
+# `edgellama quantize MODEL F16 --allow-requantize`: hashes recorded by bench/quantize_vs_llamacpp.py,
+# which compares every type tensor by tensor. Here edgellama's outputs are made again for a subset.
+LLAMACPP_RECORD = Path(__file__).parent / "data" / "quantize_llamacpp.json"
+RECHECK = {"smollm2": ["Q4_K_M", "Q8_0", "Q3_K_S"], "gemma": ["Q4_K_M", "Q5_K_M", "Q4_0", "Q6_K", "BF16"]}
+
+
+def _recheck_params() -> list[Any]:
+    rec = json.loads(LLAMACPP_RECORD.read_text())["models"] if LLAMACPP_RECORD.exists() else {}
+    marks = {"smollm2": [], "gemma": [pytest.mark.slow]}
+    return [pytest.param(m, ft, marks=marks[m], id=f"{m}-{ft}") for m, fts in RECHECK.items()
+            for ft in fts if ft in rec.get(m, {}).get("types", {})]
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def f16_inputs(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Any:
+    """The F16 input of a model, made once per module and checked against the recorded hash."""
+    made: dict[str, Path] = {}
+    folder = tmp_path_factory.mktemp("f16")
+
+    def get(which: str) -> Path:
+        if which not in made:
+            rec = json.loads(LLAMACPP_RECORD.read_text())["models"][which]
+            src = request.getfixturevalue(f"{which}_path")
+            assert _sha256(src) == rec["source_sha256"], f"{src} is not the file the reference was made from"
+            made[which] = quantize_model(src, folder / f"{which}-f16.gguf", "F16", allow_requantize=True,
+                                         threads=2).path
+            assert _sha256(made[which]) == rec["f16_sha256"], f"{which}: the F16 input differs from the recorded one"
+        return made[which]
+
+    return get
+
+
+@pytest.mark.parametrize(("which", "ft"), _recheck_params())
+def test_bytes_equal_llama_quantize_output(which: str, ft: str, f16_inputs: Any, tmp_path: Path) -> None:
+    want = json.loads(LLAMACPP_RECORD.read_text())["models"][which]["types"][ft]
+    out = quantize_model(f16_inputs(which), tmp_path / "o.gguf", ft, threads=2).path
+    with GGUFFile(out) as f:
+        counts: dict[str, int] = {}
+        for t in f.tensors:
+            counts[t.type_name] = counts.get(t.type_name, 0) + 1
+    assert counts == want["tensor_types"], f"{which} {ft}: tensor types {counts}, llama.cpp's {want['tensor_types']}"
+    assert out.stat().st_size == want["size"]
+    assert _sha256(out) == want["sha256"], (f"{which} {ft}: bytes differ from llama.cpp's output; "
+                                            f"bench/quantize_vs_llamacpp.py --models {which} --types {ft} tells where")
