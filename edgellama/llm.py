@@ -23,7 +23,7 @@ import numpy.typing as npt
 from edgellama import session
 from edgellama.completion import CompletionAPI
 from edgellama.gguf.metadata import Metadata
-from edgellama.gguf.reader import GGUFFile
+from edgellama.gguf.split import iter_pieces, open_model_file
 from edgellama.memplan import MemoryPlan, choose_plan
 from edgellama.native.engine import Engine, Pool
 from edgellama.native.lib import KernelError
@@ -140,7 +140,7 @@ class LLM(CompletionAPI):
         self.seed = seed if seed is not None and seed >= 0 else None
         self.chat_format_name = chat_format
         self._chat: ChatFormatter | None = None
-        self.file = GGUFFile(self.path)
+        self.file = open_model_file(self.path)
         try:
             self.hp, self.desc = build_desc(self.file)
             threads = n_threads or default_threads()
@@ -296,7 +296,9 @@ class LLM(CompletionAPI):
 
     # ---- session save / restore (prompt cache) ----
     def _session_header(self) -> dict[str, object]:
-        return {"model": session.model_fingerprint(self.path, self.file.data_offset), "n_ctx": self.n_ctx,
+        # a split model: every piece's header and size, so a session never outlives a replaced piece
+        model = ":".join(session.model_fingerprint(p, pc.data_offset) for p, pc in iter_pieces(self.file))
+        return {"model": model, "n_ctx": self.n_ctx,
                 "n_batch": self.n_batch, "kv_type": self.kv_type, "numerics": self.engine.numerics}
 
     def save_session(self, path: str | Path) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from edgellama.gguf import metadata as K
 from edgellama.gguf.ggml_types import COMPUTE_TYPES, type_name
 from edgellama.gguf.metadata import Metadata, ModelError  # callers catch ModelError from here
-from edgellama.gguf.reader import GGUFFile
+from edgellama.gguf.split import ModelFile
 from edgellama.native.desc import (
     FLOAT32_MAX,
     LayerDesc,
@@ -54,7 +54,7 @@ def _rope_scale(meta: Metadata) -> float:
 
 
 class _Tensors:
-    def __init__(self, f: GGUFFile) -> None:
+    def __init__(self, f: ModelFile) -> None:
         self.f = f
         self.by_name = {t.name: t for t in f.tensors}
 
@@ -81,7 +81,7 @@ class _Tensors:
         return t
 
 
-def build_desc(f: GGUFFile) -> tuple[HParams, ModelDesc]:
+def build_desc(f: ModelFile) -> tuple[HParams, ModelDesc]:
     ts = _Tensors(f)
     emb = ts.by_name.get("token_embd.weight")
     if emb is None:

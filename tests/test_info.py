@@ -17,6 +17,7 @@ import pytest
 from gguf_fixtures import mapped_rss_bytes, write_all_types, write_big_model, write_small_model
 
 from edgellama.cli import info
+from edgellama.gguf import split as gguf_split
 from edgellama.gguf.ggml_types import type_name
 from edgellama.gguf.reader import GGUFFile
 
@@ -210,7 +211,7 @@ def test_info_touches_only_header_pages(
             seen["header"] = self.data_offset
             super().close()
 
-    monkeypatch.setattr(info, "GGUFFile", Spy)
+    monkeypatch.setattr(gguf_split, "GGUFFile", Spy)  # info opens through open_model_file
     code, out, _ = run_info(capsys, str(path), "--tensors", "--json")
     assert code == 0 and json.loads(out)["tensor_count"] == 4
     assert 0 < seen["rss"] <= seen["header"] + 128 * 1024  # header + fault-around; data is 32 MiB

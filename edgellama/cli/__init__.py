@@ -1,4 +1,4 @@
-"""The `edgellama` command: one subcommand per job (run, perplexity, bench, info, pull, list).
+"""The `edgellama` command: one subcommand per job (run, perplexity, bench, info, pull, list, split, merge, quantize).
 
 Every expected failure (bad file, bad flag, missing model, prompt too long) ends as one line on
 stderr, `edgellama: error: ...`, and a non-zero exit, never a traceback. Exit status, the same in
@@ -19,13 +19,24 @@ __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_USAGE", "build_parser", "main
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from edgellama.cli import bench, client, info, install_service, models, perplexity, run, serve
+    from edgellama.cli import (
+        bench,
+        client,
+        info,
+        install_service,
+        models,
+        perplexity,
+        quantize,
+        run,
+        serve,
+        split,
+    )
 
     p = Parser(prog="edgellama", description="Offline LLM inference for small boards (GGUF).")
     p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for mod in (run, perplexity, bench, info, models, serve, client, install_service):
+    for mod in (run, perplexity, bench, info, models, serve, client, install_service, split, quantize):
         mod.add_parser(sub)
     return p
 

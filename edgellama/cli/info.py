@@ -20,7 +20,8 @@ from typing import Any, TextIO
 import numpy as np
 
 from edgellama.gguf.ggml_types import type_name
-from edgellama.gguf.reader import GGUFError, GGUFFile, GGUFValueType, ValueTypes
+from edgellama.gguf.reader import GGUFError, GGUFValueType, ValueTypes
+from edgellama.gguf.split import ModelFile, SplitGGUF, open_model_file
 
 SUMMARY_ITEMS = 8  # arrays longer than this are summarized unless --full
 SUMMARY_HEAD = 3
@@ -155,7 +156,7 @@ def value_json(value: Any, types: ValueTypes, full: bool) -> dict[str, Any]:
 # --- report --------------------------------------------------------------------------------------
 
 
-def type_table(f: GGUFFile) -> list[dict[str, Any]]:
+def type_table(f: ModelFile) -> list[dict[str, Any]]:
     """Tensors, elements and bytes per ggml type, biggest first."""
     rows: dict[int, dict[str, Any]] = {}
     for t in f.tensors:
@@ -166,7 +167,7 @@ def type_table(f: GGUFFile) -> list[dict[str, Any]]:
     return sorted(rows.values(), key=lambda r: (-r["bytes"], r["type"]))
 
 
-def hyperparameters(f: GGUFFile) -> dict[str, str]:
+def hyperparameters(f: ModelFile) -> dict[str, str]:
     arch = f.architecture
     if not arch:
         return {}
@@ -174,7 +175,8 @@ def hyperparameters(f: GGUFFile) -> dict[str, str]:
     return {k[len(prefix) :]: k for k in f.metadata if k.startswith(prefix)}
 
 
-def report_json(f: GGUFFile, full: bool, sha: dict[str, Any] | None) -> dict[str, Any]:
+def report_json(f: ModelFile, full: bool, sha: dict[str, Any] | None) -> dict[str, Any]:
+    piece = {t.name: i + 1 for i, p in enumerate(f.pieces) for t in p.tensors} if isinstance(f, SplitGGUF) else {}
     return {
         "path": str(f.path),
         "file_size": f.file_size,
@@ -188,18 +190,27 @@ def report_json(f: GGUFFile, full: bool, sha: dict[str, Any] | None) -> dict[str
         "metadata": {k: value_json(v, f.metadata_types[k], full) for k, v in f.metadata.items()},
         "types": type_table(f),
         "tensors": [
-            {"name": t.name, "shape": list(t.shape), "type": t.type_name, "offset": t.offset, "n_bytes": t.n_bytes}
+            {"name": t.name, "shape": list(t.shape), "type": t.type_name, "offset": t.offset, "n_bytes": t.n_bytes,
+             **({"piece": piece[t.name]} if piece else {})}  # a split model: offsets are in that piece (1-based)
             for t in f.tensors
         ],
+        "pieces": _pieces(f),
         "sha256": sha,
     }
+
+
+def _pieces(f: ModelFile) -> list[dict[str, Any]] | None:
+    if not isinstance(f, SplitGGUF):
+        return None
+    return [{"path": str(path), "file_size": p.file_size, "tensors": len(p.tensors)}
+            for path, p in zip(f.paths, f.pieces)]
 
 
 def _size(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n / 1024:.1f} KiB"
 
 
-def report_text(f: GGUFFile, out: TextIO, tensors: bool, full: bool, sha: dict[str, Any] | None) -> None:
+def report_text(f: ModelFile, out: TextIO, tensors: bool, full: bool, sha: dict[str, Any] | None) -> None:
     w = out.write
     w(f"model         {f.path}\n")
     w(f"file size     {f.file_size:,} bytes ({_size(f.file_size)})\n")
@@ -207,6 +218,11 @@ def report_text(f: GGUFFile, out: TextIO, tensors: bool, full: bool, sha: dict[s
         f"format        GGUF v{f.version}, {len(f.metadata)} metadata keys, {len(f.tensors)} tensors, "
         f"alignment {f.alignment}, data at byte {f.data_offset:,}\n"
     )
+    pieces = _pieces(f)
+    if pieces is not None:
+        w(f"split model   {len(pieces)} pieces (sizes summed above):\n")
+        for i, pc in enumerate(pieces):
+            w(f"  {i + 1:>5}  {printable(Path(pc['path']).name)}  {pc['file_size']:,} bytes, {pc['tensors']} tensors\n")
     if sha is not None:
         w(f"sha256        {sha['expected']} verified ({sha['source']})\n")
     arch = f.architecture
@@ -296,6 +312,31 @@ def check_sha256(model: Path, given: str | None) -> dict[str, Any] | None:
     return {"expected": expected, "source": source, "ok": True}
 
 
+def check_split_sha256(f: SplitGGUF, given: str | None) -> dict[str, Any] | None:
+    """A split model: --sha256 HEX is checked against the whole model as `merge` would write it (the
+    original file's hash); the first piece's sidecar FIRST.sha256, a manifest with a line per piece
+    (what `edgellama split` writes), is checked piece by piece."""
+    from edgellama.default_model import verified
+    from edgellama.gguf.split import manifest_path, merged_sha256
+
+    if given is not None:
+        if not _HEX64.match(given):
+            raise _Fail(f"--sha256 wants 64 hex digits, got {given!r}", EXIT_NO_MODEL)
+        if merged_sha256(f) != given.lower():
+            raise _Fail(f"{f.path}: sha256 mismatch: the {len(f.pieces)} pieces merged do not hash to {given}",
+                        EXIT_BAD_MODEL)
+        return {"expected": given.lower(), "source": "--sha256 (the pieces merged)", "ok": True}
+    manifest = manifest_path(f.path)
+    if not manifest.is_file():
+        return None
+    for path in f.paths:
+        expected = read_sidecar(manifest, path)
+        if not verified(path, expected):
+            raise _Fail(f"{path}: sha256 mismatch: the piece does not hash to {expected} (from {manifest})",
+                        EXIT_BAD_MODEL)
+    return {"expected": f"{len(f.paths)} pieces", "source": str(manifest), "ok": True}
+
+
 # --- entry points --------------------------------------------------------------------------------
 
 
@@ -309,7 +350,7 @@ def _model_path(arg: Path | None) -> Path:
         raise _Fail(str(exc), EXIT_NO_MODEL) from None
 
 
-def memory_plan(f: GGUFFile, args: argparse.Namespace) -> Any:
+def memory_plan(f: ModelFile, args: argparse.Namespace) -> Any:
     """The plan edgellama run would make, from the header alone (no weights are read)."""
     from edgellama.cli.common import check_model_args
     from edgellama.llm import DEFAULT_CTX, default_threads
@@ -348,11 +389,11 @@ def run(args: argparse.Namespace) -> int:
         if path.is_dir():
             raise _Fail(f"{path}: is a directory, not a GGUF file", EXIT_NO_MODEL)
         try:
-            f = GGUFFile(path)
+            f = open_model_file(path)
         except GGUFError as exc:
             raise _Fail(f"invalid GGUF: {exc}", EXIT_BAD_MODEL) from None
         with f:
-            sha = check_sha256(path, args.sha256)
+            sha = check_sha256(path, args.sha256) if not isinstance(f, SplitGGUF) else check_split_sha256(f, args.sha256)
             if args.json:
                 doc = report_json(f, args.full, sha)
                 if args.system:

@@ -21,7 +21,7 @@ from edgellama.gguf.reader import GGUFValueType, ValueTypes
 from edgellama.native.desc import FLOAT32_MAX, INT32_MAX
 
 if TYPE_CHECKING:
-    from edgellama.gguf.reader import GGUFFile
+    from edgellama.gguf.split import ModelFile
 
 V = GGUFValueType
 INT_TYPES = frozenset({V.UINT8, V.INT8, V.UINT16, V.INT16, V.UINT32, V.INT32, V.UINT64, V.INT64})
@@ -196,7 +196,7 @@ class Metadata:
         self.arch = arch
 
     @classmethod
-    def of(cls, f: GGUFFile) -> Metadata:
+    def of(cls, f: ModelFile) -> Metadata:
         return cls(f.metadata, f.metadata_types)
 
     def with_arch(self, arch: str) -> Metadata:

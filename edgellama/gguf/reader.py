@@ -296,6 +296,7 @@ class GGUFFile:
         self.tensors: list[GGUFTensor] = []
         self._by_name: dict[str, GGUFTensor] = {}
         self._value_pos: dict[str, int] = {}  # key -> offset of its value, for raw()
+        self._kv_span: dict[str, tuple[int, int]] = {}  # key -> [start, end) of its whole entry, for kv_bytes()
         self._mm: mmap.mmap | None = None
         self._unguard: Callable[[], object] | None = None
         try:
@@ -356,6 +357,7 @@ class GGUFFile:
             value, types = p.value(vtype, key, raw=False)
             self.metadata[key] = value
             self.metadata_types[key] = types
+            self._kv_span[key] = (kv_pos, p.pos)
 
         self.alignment = DEFAULT_ALIGNMENT
         if "general.alignment" in self.metadata:
@@ -466,6 +468,14 @@ class GGUFFile:
         p = _Parser(self._mm, self.file_size, str(self.path))
         p.pos = self._value_pos[key]
         return p.value(self.metadata_types[key][0], key, raw=True)[0]
+
+    def kv_bytes(self, key: str) -> bytes:
+        """The exact encoded entry of key (key, type tag, value) as the file holds it: lets split and
+        merge carry metadata over bit for bit, whatever types the writer chose."""
+        if self._mm is None:
+            raise ValueError(f"{self.path}: the GGUF file is closed")
+        start, end = self._kv_span[key]
+        return bytes(self._mm[start:end])
 
     def close(self) -> None:
         mm, self._mm = self._mm, None

@@ -1,7 +1,8 @@
 """Writes GGUF version 3 files (little-endian): metadata key/values and raw tensor block bytes.
 
-Used for test fixtures, quantize and adapters. It checks what it is given (types, sizes, alignment)
-but never converts or quantizes data: tensors are written as the bytes handed in.
+Used for test fixtures, quantize, split/merge and adapters. It checks what it is given (types, sizes,
+alignment) but never converts or quantizes data: tensors are written as the bytes handed in, or as
+the bytes a producer returns when write() reaches that tensor (so a tool streams tensor by tensor).
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from __future__ import annotations
 import os
 import struct
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple, Union
+from typing import Any, NamedTuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -58,7 +59,9 @@ class _Tensor(NamedTuple):
     name: str
     shape: tuple[int, ...]
     ggml_type: int
-    data: npt.NDArray[np.uint8]
+    n_bytes: int
+    data: npt.NDArray[np.uint8] | None  # None: produce() gives the bytes at write time
+    produce: Callable[[], Any] | None = None
 
 
 def _int_type(lo: int, hi: int) -> GGUFValueType:
@@ -194,6 +197,26 @@ class GGUFWriter:
             "<I", vt
         ) + pack_value(value, vt, elem_type)
 
+    def add_kv_bytes(self, key: str, entry: bytes) -> None:
+        """Add one key as an already encoded entry (GGUFFile.kv_bytes): metadata copied bit for bit."""
+        if key in self._kv:
+            raise ValueError(f"duplicate metadata key {key!r}")
+        kb = key.encode("utf-8")
+        if entry[: 8 + len(kb)] != struct.pack("<Q", len(kb)) + kb:
+            raise ValueError(f"encoded entry does not start with key {key!r}")
+        if key == "general.alignment":
+            if entry[8 + len(kb) : 12 + len(kb)] != struct.pack("<I", GGUFValueType.UINT32):
+                raise ValueError("general.alignment must be a UINT32")
+            (a,) = struct.unpack_from("<I", entry, 12 + len(kb))
+            if a <= 0 or a & (a - 1):
+                raise ValueError(f"general.alignment {a} is not a power of two")
+            self.alignment = a
+        self._kv[key] = bytes(entry)
+
+    def remove(self, key: str) -> None:
+        """Drop a key added before (a no-op when absent)."""
+        self._kv.pop(key, None)
+
     def add_tensor(
         self,
         name: str,
@@ -214,17 +237,33 @@ class GGUFWriter:
                 raise ValueError(f"tensor {name!r}: give the shape of raw bytes")
             shape = tuple(reversed(data.shape)) or (1,)
         dims = tuple(int(d) for d in shape)
-        if not 1 <= len(dims) <= GGML_MAX_DIMS or any(d <= 0 for d in dims):
-            raise ValueError(f"tensor {name!r}: shape {dims} must have 1..{GGML_MAX_DIMS} positive dims")
-        if ggml_type not in TYPE_SIZES:
-            raise ValueError(f"tensor {name!r}: unknown ggml type {ggml_type}")
         raw = _as_bytes(data)
-        need = row_bytes(ggml_type, dims[0]) * int(np.prod(dims[1:], dtype=object))
+        need = self._check_info(name, dims, ggml_type)
         if raw.size != need:
             raise ValueError(
                 f"tensor {name!r}: {type_name(ggml_type)} {dims} needs {need} bytes, got {raw.size}"
             )
-        self._tensors[name] = _Tensor(name, dims, int(ggml_type), raw)
+        self._tensors[name] = _Tensor(name, dims, int(ggml_type), need, raw)
+
+    def add_tensor_producer(
+        self, name: str, shape: Sequence[int], ggml_type: int, produce: Callable[[], Any]
+    ) -> None:
+        """Add a tensor whose bytes produce() returns (whole, or as an iterable of slabs) when write()
+        gets to it, one tensor at a time:
+        what lets quantize and split hold one tensor in memory, not the model."""
+        if name in self._tensors:
+            raise ValueError(f"duplicate tensor name {name!r}")
+        dims = tuple(int(d) for d in shape)
+        need = self._check_info(name, dims, ggml_type)
+        self._tensors[name] = _Tensor(name, dims, int(ggml_type), need, None, produce)
+
+    @staticmethod
+    def _check_info(name: str, dims: tuple[int, ...], ggml_type: int) -> int:
+        if not 1 <= len(dims) <= GGML_MAX_DIMS or any(d <= 0 for d in dims):
+            raise ValueError(f"tensor {name!r}: shape {dims} must have 1..{GGML_MAX_DIMS} positive dims")
+        if ggml_type not in TYPE_SIZES:
+            raise ValueError(f"tensor {name!r}: unknown ggml type {ggml_type}")
+        return row_bytes(ggml_type, dims[0]) * int(np.prod(dims[1:], dtype=object))
 
     def _pad(self, n: int) -> int:
         return (-n) % self.alignment
@@ -240,7 +279,7 @@ class GGUFWriter:
             parts.append(struct.pack("<Q", len(nb)) + nb)
             parts.append(struct.pack(f"<I{len(t.shape)}QIQ", len(t.shape), *t.shape, t.ggml_type, rel))
             offsets.append(rel)
-            rel += t.data.size + self._pad(t.data.size)
+            rel += t.n_bytes + self._pad(t.n_bytes)
         head = b"".join(parts)
         return head + bytes(self._pad(len(head))), offsets
 
@@ -250,9 +289,7 @@ class GGUFWriter:
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(head)
-                for t in self._tensors.values():
-                    self._write_tensor(f, t)
+                self.write_to(f, head)
             os.chmod(tmp, 0o644)  # mkstemp makes 0600; a model file is meant to be shared
             os.replace(tmp, self.path)
         finally:
@@ -260,6 +297,26 @@ class GGUFWriter:
                 os.unlink(tmp)
         return self.path
 
-    def _write_tensor(self, f: BinaryIO, t: _Tensor) -> None:
-        f.write(t.data.data)
-        f.write(bytes(self._pad(t.data.size)))
+    def write_to(self, f: Any, head: bytes | None = None) -> None:
+        """The whole file into f (anything with write(): a file, a hash), tensor by tensor."""
+        f.write(self.header_bytes()[0] if head is None else head)
+        for t in self._tensors.values():
+            self._write_tensor(f, t)
+
+    def _write_tensor(self, f: Any, t: _Tensor) -> None:
+        if t.data is not None:
+            f.write(t.data.data)
+        else:
+            assert t.produce is not None
+            made = t.produce()
+            chunks = [made] if isinstance(made, (bytes, bytearray, memoryview, np.ndarray)) else made
+            n = 0
+            for chunk in chunks:  # a producer may hand the bytes over in slabs, each written at once
+                data = _as_bytes(chunk)
+                n += data.size
+                if n > t.n_bytes:
+                    break
+                f.write(data.data)
+            if n != t.n_bytes:
+                raise ValueError(f"tensor {t.name!r}: producer gave {n}+ bytes, {t.n_bytes} expected")
+        f.write(bytes(self._pad(t.n_bytes)))
