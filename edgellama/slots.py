@@ -52,7 +52,7 @@ class Slots:
         idle = [s for s in self.slots if not s.busy]
         if not idle:
             return None
-        return max(idle, key=lambda s: (_common(s.tokens, prompt), -s.index))
+        return max(idle, key=lambda s: (common_prefix(s.tokens, prompt), -s.index))
 
     def start(self, slot: Slot, prompt: list[int]) -> int:
         """Makes slot evaluate prompt next, reusing the longest prefix its cache holds; returns the
@@ -61,7 +61,7 @@ class Slots:
             raise ValueError("empty prompt")
         if len(prompt) > self.n_ctx:
             raise SlotContextFull(f"the prompt has {len(prompt)} tokens, more than the context of {self.n_ctx} (-c)")
-        common = min(_common(slot.tokens, prompt), len(prompt) - 1)  # evaluate at least one token
+        common = min(common_prefix(slot.tokens, prompt), len(prompt) - 1)  # evaluate at least one token
         try:
             self.engine.seq_truncate(slot.index, common)
         except KernelError:  # a windowed layer's ring no longer holds that far back: start over
@@ -159,7 +159,8 @@ class Slots:
         return out
 
 
-def _common(a: list[int], b: list[int]) -> int:
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens a and b share (what a cache holding a can reuse for b)."""
     n = 0
     for x, y in zip(a, b):
         if x != y:

@@ -20,6 +20,7 @@ from typing import Any
 
 from edgellama.service import protocol as P
 from edgellama.service.metrics import Metrics
+from edgellama.slots import common_prefix
 
 log = logging.getLogger("edgellama.service")
 
@@ -320,7 +321,7 @@ class Scheduler:
                 llm.engine.seq_clear(slot.index)
                 slot.tokens = []
             sys_n = len(self.system_tokens)
-            if (self.system_state and _common_prefix(slot.tokens, ids) < sys_n and ids[:sys_n] == self.system_tokens):
+            if (self.system_state and common_prefix(slot.tokens, ids) < sys_n and ids[:sys_n] == self.system_tokens):
                 slots.load(slot, self.system_tokens, self.system_state)  # the system prompt's KV, not evaluated again
             n_cached = slots.start(slot, ids)
         except Exception as exc:  # noqa: BLE001 - this request fails, the others go on
@@ -413,13 +414,13 @@ class Scheduler:
 
         # the prompt in chunks of n_batch, so cancel and shutdown are seen between chunks; generate() evaluates
         # the last chunk (LLM.prefill reuses what the cache holds), so the forward passes are those of `run`
-        common = _common_prefix(llm.tokens, ids)
+        common = common_prefix(llm.tokens, ids)
         sys_n = len(self.system_tokens)
         if self.system_state and common < sys_n and ids[:sys_n] == self.system_tokens:
             # another prompt took the cache since: put the system prompt's KV back instead of evaluating it
             llm.engine.load_state(self.system_state)
             llm.tokens = list(self.system_tokens)
-            common = _common_prefix(llm.tokens, ids)
+            common = common_prefix(llm.tokens, ids)
         n_eval, n_chunks = 0, 0
         end = min(common, len(ids) - 1)
         while len(ids) - end > llm.n_batch:
@@ -486,15 +487,6 @@ class Scheduler:
         if not req.stream:
             done["content"] = "".join(job.output)
         self._finish(job, done)
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _split_stop(text: str, stops: list[str], final: bool) -> tuple[str, str, bool]:
