@@ -9,7 +9,8 @@ differing tensors are listed). Then, optionally:
   --load   edgellama's outputs loaded by llama.cpp (llama_cpp.Llama), 8 greedy tokens, beside the
            same from llama.cpp's own output;
   --ppl    perplexity of both Q4_K_M outputs (and --ppl-types) on ppl-text.txt, computed by llama.cpp
-           (its method: chunks of 512, first token BOS, second half scored) and by `edgellama perplexity`;
+           (its method: chunks of 512, first token BOS, second half scored) and by `edgellama perplexity`
+           with native numerics and with --numerics llamacpp;
   --time   the default model F16 -> Q4_K_M by both tools at -t threads, alternating, wall time of the
            quantize call and the peak RSS (VmHWM) of the process doing it.
 
@@ -53,6 +54,7 @@ LLAMA_SITE = Path.home() / ".cache" / "edgellama" / "llamacpp-x86" / "site"
 WORK = Path.home() / ".cache" / "edgellama" / "quantize-vs-llamacpp"
 RECORD = REPO / "tests" / "data" / "quantize_llamacpp.json"
 PPL_TEXT = Path("/work/shared/reference/ppl-text.txt")
+PPL_CTX = 512  # llama-perplexity's default chunk
 PROMPT = "The capital of France is"
 MB = 1 << 20
 
@@ -299,10 +301,13 @@ def main() -> int:
             for ft in [t for t in ppl_types if t in outs]:
                 ppl: dict[str, Any] = {}
                 for label, path in zip(("edgellama_file", "llamacpp_file"), outs[ft]):
-                    lc = run_worker(["ppl", str(path), str(PPL_TEXT), 512, args.threads], log)
-                    text = edge_cli("perplexity", "-m", str(path), "-f", str(PPL_TEXT), "-t", str(args.threads))
-                    m = re.search(r"PPL = ([0-9.]+) \+/- ([0-9.]+)", text)
-                    ppl[label] = {"llama.cpp": lc, "edgellama": float(m.group(1)) if m else text}
+                    lc = run_worker(["ppl", str(path), str(PPL_TEXT), PPL_CTX, args.threads], log)
+                    ppl[label] = {"llama.cpp": lc}
+                    for numerics in ("native", "llamacpp"):  # llamacpp: llama.cpp's float order, equal to 1e-4
+                        text = edge_cli("perplexity", "-m", str(path), "-f", str(PPL_TEXT), "-c", str(PPL_CTX),
+                                        "-t", str(args.threads), "--numerics", numerics)  # llama.cpp's chunks
+                        m = re.search(r"PPL = ([0-9.]+) \+/- ([0-9.]+)", text)
+                        ppl[label][f"edgellama_{numerics}"] = float(m.group(1)) if m else text
                 rep["types"][ft]["perplexity"] = ppl
                 print(f"{name} {ft} perplexity: {json.dumps(ppl)}", flush=True)
         if not args.keep:
