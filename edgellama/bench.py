@@ -63,10 +63,14 @@ def bench(path: Any, threads: list[int], n_prompt: list[int], n_gen: list[int], 
     return rows
 
 
-def _time_parallel(slots: Any, prompts: list[list[int]], n_gen: int) -> tuple[float, float]:
+def _time_parallel(slots: Any, prompts: list[list[int]], n_gen: int,
+                   tokens: list[list[int]] | None = None) -> tuple[float, float]:
     """(prompt seconds, generation seconds) of len(prompts) sequences from empty caches: their prompts
-    stepped together, then n_gen greedy tokens each, one forward pass per step carrying all of them."""
+    stepped together, then n_gen greedy tokens each, one forward pass per step carrying all of them.
+    tokens, when given, receives each sequence's generated tokens (bench/parallel_vs_llamacpp.py
+    prints them beside llama.cpp's)."""
     n = len(prompts)
+    out: list[list[int]] = [[] for _ in prompts]
     for s in slots.slots:
         slots.release(s)
         slots.engine.seq_clear(s.index)
@@ -80,9 +84,14 @@ def _time_parallel(slots: Any, prompts: list[list[int]], n_gen: int) -> tuple[fl
     t1 = time.perf_counter()
     for _ in range(n_gen):
         for i in range(n):
-            slots.feed(slots.slots[i], int(np.argmax(ready[i])))
+            tok = int(np.argmax(ready[i]))
+            out[i].append(tok)
+            slots.feed(slots.slots[i], tok)
         ready = slots.step()
-    return t1 - t0, time.perf_counter() - t1
+    t2 = time.perf_counter()
+    if tokens is not None:
+        tokens[:] = out
+    return t1 - t0, t2 - t1
 
 
 def bench_parallel(path: Any, threads: list[int], parallel: list[int], n_prompt: list[int], n_gen: list[int],
