@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from lora_util import DTYPES, encode, random_adapter, to_bf16, write_adapter
 
 from edgellama.gguf.ggml_types import GGMLType
 from edgellama.gguf.reader import GGUFValueType
 from edgellama.gguf.split import ModelFile, open_model_file
 from edgellama.lora import LoraAdapter, LoraError, LoraWeight, read_adapter
-from tests.lora_util import DTYPES, encode, random_adapter, to_bf16, write_adapter
 
 BASES = ["smollm2", "gemma"]
 

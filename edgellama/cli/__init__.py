@@ -1,4 +1,4 @@
-"""The `edgellama` command: one subcommand per job (run, perplexity, bench, info, pull, list, split, merge, quantize).
+"""The `edgellama` command: one subcommand per job (run, perplexity, bench, info, pull, list, split, merge, quantize, export-lora).
 
 Every expected failure (bad file, bad flag, missing model, prompt too long) ends as one line on
 stderr, `edgellama: error: ...`, and a non-zero exit, never a traceback. Exit status, the same in
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     from edgellama.cli import (
         bench,
         client,
+        export_lora,
         info,
         install_service,
         models,
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for mod in (run, perplexity, bench, info, models, serve, client, install_service, split, quantize):
+    for mod in (run, perplexity, bench, info, models, serve, client, install_service, split, quantize, export_lora):
         mod.add_parser(sub)
     return p
 

@@ -61,7 +61,8 @@ class LoraAdapter:
         if self.alpha == 0:
             return float(np.float32(user_scale))
         rank = self.weights[base_name].rank
-        return float(np.float32(user_scale) * np.float32(self.alpha) / np.float32(rank))
+        with np.errstate(over="ignore"):  # a huge user scale gives inf, for the caller to refuse
+            return float(np.float32(user_scale) * np.float32(self.alpha) / np.float32(rank))
 
     @property
     def nbytes(self) -> int:
