@@ -76,7 +76,8 @@ under any name: what broken files are made of."""
             w.add(key, value)
     for name, (a, b) in weights.items():
         for suffix, m in ((".lora_a", a), (".lora_b", b)):
-            raw, gtype = encode(m, dtype)
+            # a row (ne0) that is not whole Q8_0 blocks (lora_b of rank < 32) goes F16, as convert does
+            raw, gtype = encode(m, "F16" if dtype == "Q8_0" and m.shape[1] % 32 else dtype)
             w.add_tensor(name + suffix, raw, (m.shape[1], m.shape[0]), gtype)
     for name, t in (extra_tensors or {}).items():
         w.add_tensor(name, np.ascontiguousarray(t))

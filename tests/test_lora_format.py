@@ -96,6 +96,22 @@ def test_round_trip_per_dtype(base: ModelFile, tmp_path: Path, dtype: str) -> No
     assert ad.nbytes == sum(4 * (a.size + b.size) for a, b in pairs.values())
 
 
+def test_q8_0_adapter_of_small_rank_keeps_lora_b_in_f16(base: ModelFile, tmp_path: Path) -> None:
+    """convert_lora_to_gguf.py falls back to F16 for a tensor whose rows are not whole Q8_0 blocks:
+    lora_b of rank 8. Such a mixed file reads back like any other."""
+    pairs = two_layer_pairs(base, rank=8)
+    path = write_adapter(tmp_path / "q8.gguf", base.architecture or "", 8.0, pairs, dtype="Q8_0")
+    from edgellama.gguf.reader import GGUFFile
+
+    with GGUFFile(path) as f:
+        assert {t.type_name for t in f.tensors if t.name.endswith(".lora_a")} == {"Q8_0"}
+        assert {t.type_name for t in f.tensors if t.name.endswith(".lora_b")} == {"F16"}
+    ad = read_adapter(path, base)
+    for name, (a, b) in pairs.items():
+        np.testing.assert_array_equal(ad.weights[name].a, expected_decode(a, "Q8_0"))
+        np.testing.assert_array_equal(ad.weights[name].b, expected_decode(b, "F16"))
+
+
 def test_scale_is_user_scale_times_alpha_over_rank(base: ModelFile, tmp_path: Path) -> None:
     pairs = {**two_layer_pairs(base, rank=8)}
     first = next(iter(pairs))
