@@ -249,3 +249,22 @@ def test_export_refuses_bad_adapters(smol: ModelFile, gemma_path: Path, tmp_path
     with pytest.raises(LoraError, match=f"tensor '{name}': the merge gives inf or NaN"):
         export_lora(smol.path, [(big, 3e38)], out)
     assert not out.exists() and not list(tmp_path.glob(".out.gguf*"))
+
+
+def test_split_base_gives_the_same_file(smol: ModelFile, tmp_path: Path) -> None:
+    """A base split in pieces (llama-export-lora refuses those) merges to the very bytes of the single
+    file's export; the adapter is checked against the whole set."""
+    from edgellama.gguf.split import SplitGGUF, split_model
+
+    pairs = {n: p for n, p in random_adapter(smol, 8, seed=6).items() if n.startswith(("blk.0.", "blk.29."))}
+    ad = write_adapter(tmp_path / "a.gguf", smol.architecture or "", 8.0, pairs)
+    pieces = split_model(smol.path, tmp_path / "smol", max_tensors=100)
+    assert len(pieces) == 3
+    with open_model_file(pieces[0][0]) as s:
+        assert isinstance(s, SplitGGUF)
+        from edgellama.lora import read_adapter
+
+        assert set(read_adapter(ad, s).weights) == set(pairs)
+    one = export_lora(smol.path, [(ad, 1.0)], tmp_path / "one.gguf").path
+    split = export_lora(pieces[0][0], [(ad, 1.0)], tmp_path / "split.gguf").path
+    assert one.read_bytes() == split.read_bytes()
