@@ -127,6 +127,8 @@ def test_scale_is_user_scale_times_alpha_over_rank(base: ModelFile, tmp_path: Pa
     # alpha 0 means "no alpha": the user scale alone, whatever the rank (llama.cpp's rule)
     zero = read_adapter(write_adapter(tmp_path / "z.gguf", arch, 0.0, pairs), base)
     assert zero.scale_of(first, 0.75) == 0.75 and zero.scale_of(other, 0.75) == 0.75
+    with pytest.raises(KeyError):
+        zero.scale_of("output_norm.weight", 1.0)
 
 
 def test_reads_f64_alpha_and_ignores_norm_tensors(base: ModelFile, tmp_path: Path) -> None:

@@ -58,9 +58,9 @@ class LoraAdapter:
 
     def scale_of(self, base_name: str, user_scale: float) -> float:
         """user_scale * alpha / rank, in float32 as llama.cpp computes it (alpha 0: user_scale alone)."""
+        rank = self.weights[base_name].rank  # KeyError for a tensor this adapter does not touch
         if self.alpha == 0:
             return float(np.float32(user_scale))
-        rank = self.weights[base_name].rank
         with np.errstate(over="ignore"):  # a huge user scale gives inf, for the caller to refuse
             return float(np.float32(user_scale) * np.float32(self.alpha) / np.float32(rank))
 
