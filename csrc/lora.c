@@ -2,7 +2,9 @@
  *
  * Order of the float operations, in both numerics modes (llama.cpp's graph does the same steps:
  * mul_mat(A), mul_mat(B), scale, add, adapter by adapter): y = W x first (the base matmul of the
- * mode), then for each adapter in index order t = A x (F32 dots), d = B t (F32 dots), y = y + (s * d).
+ * mode), then for each adapter in index order t = A x (F32 dots), d = B t (F32 dots), y = y + (s * d)
+ * with s = factor * the sequence's scale (llama.cpp: user_scale * alpha / rank in one float, so s
+ * may differ from it in the last bit).
  * The dots are this library's F32 kernels, not ggml's: llama.cpp's bits are promised for the base
  * model only, an adapter's term agrees to float rounding. */
 #include "lora.h"
@@ -62,7 +64,7 @@ void el_lora_mm(el_model *m, int32_t slot, const float *x, size_t n, float *y, s
     for (int32_t i = 0; i < l->n; i++) {
         const el_lora_term *tm = &l->terms[i];
         const float *sc = m->lora_scale + (size_t)tm->adapter * (size_t)m->n_seq;
-        for (size_t v = 0; v < n; v++) m->lora_rs[v] = sc[m->lora_seq[v]];
+        for (size_t v = 0; v < n; v++) m->lora_rs[v] = tm->factor * sc[m->lora_seq[v]];
         const el_tensor *w = el_lora_weight(m, slot);
         el_lora_apply(m->pool, x, n, (size_t)w->ne0, tm->a, tm->b, (size_t)tm->rank, (size_t)w->ne1, m->lora_rs,
                       m->lora_t, y, ldy);
@@ -124,8 +126,9 @@ static int lora_reserve(el_model *m, int32_t rank) {
 }
 
 static int attach_held(el_model *m, int32_t adapter, int32_t layer, int target, const float *a, const float *b,
-                       int32_t rank, int64_t n_in, int64_t n_out) {
+                       int32_t rank, int64_t n_in, int64_t n_out, float factor) {
     if (adapter < 0 || adapter >= EL_MAX_LORA || !a || !b || rank <= 0 || rank > EL_MAX_LORA_RANK) return EL_EINVAL;
+    if (!isfinite(factor)) return EL_EINVAL;
     int32_t slot;
     if (target == EL_LORA_OUTPUT) slot = m->d.n_layer * EL_LORA_LAYER_TARGETS;
     else if (target >= 0 && target < EL_LORA_LAYER_TARGETS && layer >= 0 && layer < m->d.n_layer)
@@ -143,15 +146,16 @@ static int attach_held(el_model *m, int32_t adapter, int32_t layer, int target, 
     if (!grown) return EL_ENOMEM;
     l->terms = grown;
     memmove(l->terms + at + 1, l->terms + at, (size_t)(l->n - at) * sizeof *l->terms);
-    l->terms[at] = (el_lora_term){adapter, rank, a, b};
+    l->terms[at] = (el_lora_term){adapter, rank, factor, a, b};
     l->n++;
     return EL_OK;
 }
 
 int el_model_lora_attach(el_model *m, int32_t adapter, int32_t layer, int target, const float *a, const float *b,
-                         int32_t rank, int64_t n_in, int64_t n_out) {
+                         int32_t rank, int64_t n_in, int64_t n_out, float factor) {
     const int st = el_model_enter(m);
-    return st != EL_OK ? st : el_model_leave(m, attach_held(m, adapter, layer, target, a, b, rank, n_in, n_out));
+    return st != EL_OK ? st
+                       : el_model_leave(m, attach_held(m, adapter, layer, target, a, b, rank, n_in, n_out, factor));
 }
 
 static int scale_held(el_model *m, int32_t adapter, int32_t seq, float scale) {

@@ -15,6 +15,7 @@ typedef struct el_model el_model;
 /* one adapter's term on one weight: A [rank x n_in], B [n_out x rank], F32, owned by the caller */
 typedef struct {
     int32_t adapter, rank;
+    float factor; /* this weight's share of the scale: the row's scale is factor * the sequence's */
     const float *a, *b;
 } el_lora_term;
 

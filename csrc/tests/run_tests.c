@@ -2078,17 +2078,18 @@ static void test_lora(rng_t *r) {
     float *a = xmalloc(rk * 128 * sizeof(float)), *b = xmalloc(128 * rk * sizeof(float));
     float *bz = calloc(128 * rk, sizeof(float));
     rng_floats(r, a, rk * 128, 0.3f), rng_floats(r, b, 128 * rk, 0.3f);
-    check(el_model_lora_attach(m, -1, 0, EL_LORA_WQ, a, b, rk, 64, 64) == EL_EINVAL, "lora: adapter -1");
-    check(el_model_lora_attach(m, EL_MAX_LORA, 0, EL_LORA_WQ, a, b, rk, 64, 64) == EL_EINVAL, "lora: adapter max");
-    check(el_model_lora_attach(m, 0, 2, EL_LORA_WQ, a, b, rk, 64, 64) == EL_EINVAL, "lora: layer 2");
-    check(el_model_lora_attach(m, 0, -1, EL_LORA_WQ, a, b, rk, 64, 64) == EL_EINVAL, "lora: layer -1");
-    check(el_model_lora_attach(m, 0, 0, 8, a, b, rk, 64, 64) == EL_EINVAL, "lora: target 8");
-    check(el_model_lora_attach(m, 0, 0, EL_LORA_WK, a, b, rk, 64, 64) == EL_EINVAL, "lora: wk has 32 rows");
-    check(el_model_lora_attach(m, 0, 0, EL_LORA_W_DOWN, a, b, rk, 64, 64) == EL_EINVAL, "lora: down has 128 cols");
-    check(el_model_lora_attach(m, 0, 0, EL_LORA_WQ, NULL, b, rk, 64, 64) == EL_EINVAL, "lora: NULL a");
-    check(el_model_lora_attach(m, 0, 0, EL_LORA_WQ, a, b, 0, 64, 64) == EL_EINVAL, "lora: rank 0");
-    check(el_model_lora_attach(m, 0, 0, EL_LORA_WQ, a, b, EL_MAX_LORA_RANK + 1, 64, 64) == EL_EINVAL, "lora: rank");
-    check(el_model_lora_attach(m, 0, 0, EL_LORA_OUTPUT, a, b, rk, 64, 64) == EL_EINVAL, "lora: output rows");
+    check(el_model_lora_attach(m, -1, 0, EL_LORA_WQ, a, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: adapter -1");
+    check(el_model_lora_attach(m, EL_MAX_LORA, 0, EL_LORA_WQ, a, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: adapter max");
+    check(el_model_lora_attach(m, 0, 2, EL_LORA_WQ, a, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: layer 2");
+    check(el_model_lora_attach(m, 0, -1, EL_LORA_WQ, a, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: layer -1");
+    check(el_model_lora_attach(m, 0, 0, 8, a, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: target 8");
+    check(el_model_lora_attach(m, 0, 0, EL_LORA_WK, a, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: wk has 32 rows");
+    check(el_model_lora_attach(m, 0, 0, EL_LORA_W_DOWN, a, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: down has 128 cols");
+    check(el_model_lora_attach(m, 0, 0, EL_LORA_WQ, NULL, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: NULL a");
+    check(el_model_lora_attach(m, 0, 0, EL_LORA_WQ, a, b, rk, 64, 64, INFINITY) == EL_EINVAL, "lora: factor inf");
+    check(el_model_lora_attach(m, 0, 0, EL_LORA_WQ, a, b, 0, 64, 64, 1.0f) == EL_EINVAL, "lora: rank 0");
+    check(el_model_lora_attach(m, 0, 0, EL_LORA_WQ, a, b, EL_MAX_LORA_RANK + 1, 64, 64, 1.0f) == EL_EINVAL, "lora: rank");
+    check(el_model_lora_attach(m, 0, 0, EL_LORA_OUTPUT, a, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: output rows");
     check(el_model_lora_scale(m, 0, 2, 1.0f) == EL_EINVAL, "lora: scale of seq 2");
     check(el_model_lora_scale(m, 0, 0, NAN) == EL_EINVAL, "lora: NaN scale");
     check(el_model_lora_scale(m, EL_MAX_LORA, 0, 1.0f) == EL_EINVAL, "lora: scale of adapter max");
@@ -2107,13 +2108,13 @@ static void test_lora(rng_t *r) {
                                   EL_LORA_W_DOWN};
         static const int64_t ins[7] = {64, 64, 64, 64, 64, 64, 128}, outs[7] = {64, 32, 32, 64, 128, 128, 64};
         for (int k = 0; k < 7 && st == EL_OK; k++) {
-            st = el_model_lora_attach(m, 0, il, tg[k], a, b, rk, ins[k], outs[k]);
-            if (st == EL_OK) st = el_model_lora_attach(m, 1, il, tg[k], a, bz, rk, ins[k], outs[k]);
+            st = el_model_lora_attach(m, 0, il, tg[k], a, b, rk, ins[k], outs[k], 0.5f);
+            if (st == EL_OK) st = el_model_lora_attach(m, 1, il, tg[k], a, bz, rk, ins[k], outs[k], 2.0f);
         }
     }
-    if (st == EL_OK) st = el_model_lora_attach(m, 0, 0, EL_LORA_OUTPUT, a, b, rk, 64, TINY_VOCAB);
+    if (st == EL_OK) st = el_model_lora_attach(m, 0, 0, EL_LORA_OUTPUT, a, b, rk, 64, TINY_VOCAB, 0.5f);
     check(st == EL_OK, "lora attach -> %d", st);
-    check(el_model_lora_attach(m, 0, 0, EL_LORA_WQ, a, b, rk, 64, 64) == EL_EINVAL, "lora: attached twice");
+    check(el_model_lora_attach(m, 0, 0, EL_LORA_WQ, a, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: attached twice");
     check(el_model_scratch_bytes(m) == sc0 + el_model_lora_bytes(TINY_BATCH, rk), "lora scratch counted");
     /* every scale 0 (attached, not enabled), then adapter 1 (B = 0) at scale 3: the base bits */
     for (int pass = 0; pass < 2; pass++) {
