@@ -212,8 +212,10 @@ def test_two_adapters_add(model: str, request: pytest.FixtureRequest) -> None:
     moved, err = float(np.abs(two_out - base).max()), float(np.abs(two_out - one_out).max())
     print(f"{model}: two adapters move the logits by {moved:.3f}; vs the stacked one: {err:.2e}")
     # the sum of two rank-r dots against one dot over both (float32, fed through every layer):
-    # measured 2.4e-5 (SmolLM2) on logits of magnitude ~20
-    assert moved > 0.1 and err < 1e-2, (moved, err)
+    # measured 2.4e-5 (SmolLM2), 4.5e-3 (gemma: its GELU reads an fp16 table, so a last-bit input
+    # difference can become an fp16 step) on logits of magnitude ~20
+    tol = 1e-3 if model == "smollm2" else 5e-2
+    assert moved > 20 * tol and err < tol, (moved, err)
 
 
 def test_batched_sequences_use_their_own_scales(smollm2_path: Path) -> None:
