@@ -326,3 +326,36 @@ def test_llm_loras_and_scales(smollm2_path: Path) -> None:
             llm.set_lora_scale(3, 1.0)
         i = llm.add_lora(random_adapter(desc, [1], 2, 0.0, 12), 1.0)
         assert i == 1 and not np.array_equal(llm.eval(SMOL_IDS), on)
+
+
+# ---- the command line, on adapter files (the reader and tests/lora_util.py's writer) ----
+
+def _cli(*args: str) -> Any:
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    return subprocess.run([sys.executable, "-m", "edgellama.cli", *args], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, PYTHONPATH=str(root)), cwd=root, check=False)
+
+
+def test_cli_run_lora_and_lora_scaled(smollm2_path: Path, tmp_path: Path) -> None:
+    """run --lora FILE changes greedy text, --lora-scaled FILE 0 gives the base text; info --plan
+    counts the adapter."""
+    lora_util = pytest.importorskip("lora_util", reason="tests/lora_util.py (the adapter writer) lands with the reader")
+    base = GGUFFile(smollm2_path)
+    path = lora_util.write_adapter(tmp_path / "a.gguf", "llama", 8.0,
+                                   lora_util.random_adapter(base, 8, seed=3, amplitude=4.0))
+    common = ["run", "-m", str(smollm2_path), "-c", "128", "-t", "1", "-p", "The capital of France is", "-n", "12",
+              "--temp", "0"]
+    plain, zero, on = _cli(*common), _cli(*common, "--lora-scaled", str(path), "0"), _cli(*common, "--lora", str(path))
+    for p in (plain, zero, on):
+        assert p.returncode == 0, p.stderr
+    assert zero.stdout == plain.stdout
+    assert on.stdout != plain.stdout
+    plan = _cli("info", str(smollm2_path), "--plan", "-c", "128", "--lora", str(path))
+    assert plan.returncode == 0, plan.stderr
+    assert "LoRA adapters (1)" in plan.stdout
+    bad = _cli(*common, "--lora", str(tmp_path / "missing.gguf"))
+    assert bad.returncode != 0 and "missing.gguf" in bad.stderr
