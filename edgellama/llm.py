@@ -164,6 +164,7 @@ class LLM(CompletionAPI):
             self.engine = Engine(self.desc, self.pool, self.n_ctx, self.n_batch, kv_type, numerics, n_seq)
             self.loras: list[Any] = []  # the adapters by number, with lora_scales their start-up scales
             self.lora_scales: list[float] = []
+            self._seq_scales: dict[int, tuple[float, ...]] = {}  # sequences not at the start-up scales
             for ad, scale in adapters:
                 self._attach(ad, scale)
         except BaseException:
@@ -202,6 +203,7 @@ class LLM(CompletionAPI):
         without it when the scale is not 0). Not counted by self.plan, made at load."""
         with self._turn.take("add_lora"):
             index = self._attach(self._read_lora(adapter), float(scale))
+            self._seq_scales = {q: (*t, float(scale)) for q, t in self._seq_scales.items()}
             self._forget_cache(None)
             return index
 
@@ -215,7 +217,31 @@ class LLM(CompletionAPI):
             self.engine.lora_scale(index, float(scale), seq)
             if seq is None:
                 self.lora_scales[index] = float(scale)
+                self._seq_scales.clear()
+            else:
+                now = list(self.seq_scales(seq))
+                now[index] = float(scale)
+                self._seq_scales[seq] = tuple(now)
             self._forget_cache(seq)
+
+    def seq_scales(self, seq: int) -> tuple[float, ...]:
+        """Every adapter's scale on sequence seq, in adapter order."""
+        return self._seq_scales.get(seq, tuple(self.lora_scales))
+
+    def use_lora_scales(self, scales: Sequence[float] | None, seq: int = 0) -> bool:
+        """Sets every adapter's scale on sequence seq (None: the start-up scales). When they differ from
+        the ones its cache was computed with, that cache is cleared and True returned."""
+        want = tuple(self.lora_scales) if scales is None else tuple(float(x) for x in scales)
+        if len(want) != len(self.loras):
+            raise ValueError(f"{len(want)} adapter scales for {len(self.loras)} adapters")
+        if want == self.seq_scales(seq):
+            return False
+        with self._turn.take("use_lora_scales"):
+            for i, sc in enumerate(want):
+                self.engine.lora_scale(i, sc, seq)
+            self._seq_scales[seq] = want
+            self._forget_cache(seq)
+        return True
 
     def _forget_cache(self, seq: int | None) -> None:
         for s in range(self.engine.n_seq) if seq is None else [seq]:
