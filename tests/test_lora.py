@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -359,3 +360,53 @@ def test_cli_run_lora_and_lora_scaled(smollm2_path: Path, tmp_path: Path) -> Non
     assert "LoRA adapters (1)" in plan.stdout
     bad = _cli(*common, "--lora", str(tmp_path / "missing.gguf"))
     assert bad.returncode != 0 and "missing.gguf" in bad.stderr
+
+
+# ---- serve: per-request adapter scales (protocol v1 field "lora", llama-server's) ----
+
+def test_protocol_lora_field() -> None:
+    from edgellama.service import protocol as P
+
+    def req(lora: Any) -> Any:
+        return P.parse_line(json.dumps({"id": 1, "prompt": "x", "lora": lora}).encode())
+
+    r = req([{"id": 1, "scale": 0.5}, {"id": 0, "scale": -1}])
+    assert r.lora == [(1, 0.5), (0, -1.0)]
+    assert P.lora_scales(r, [1.0, 1.0, 2.0]) == [-1.0, 0.5, 0.0]  # listed at their scales, the others 0
+    assert P.lora_scales(P.parse_line(b'{"id": 1, "prompt": "x"}'), [1.0]) is None  # the start-up scales
+    with pytest.raises(P.ProtocolError, match="no adapter 1"):
+        P.lora_scales(r, [1.0])
+    for bad, msg in (({"id": 0}, "must be a list"), ([{"id": 0}], "lora\\[0\\] is not"),
+                     ([{"id": True, "scale": 1}], "lora\\[0\\] is not"), ([{"id": 0, "scale": "1"}], "is not"),
+                     ([{"id": 0, "scale": 1e300}], "finite"), ([{"id": 0, "scale": 1}, {"id": 0, "scale": 2}], "twice")):
+        with pytest.raises(P.ProtocolError, match=msg):
+            req(bad)
+
+
+@pytest.mark.parametrize("parallel", ["1", "2"])
+def test_serve_per_request_scales(smollm2_path: Path, tmp_path: Path, parallel: str) -> None:
+    """One request at a time, or --parallel 2 slots, with an adapter loaded at scale 1: a request with "lora": [] (every adapter off)
+    and one without the field (start-up scales), run together and alone, give the texts they give
+    alone; a slot that served one never reuses its cache for the other; a bad id is a bad_request."""
+    lora_util = pytest.importorskip("lora_util", reason="tests/lora_util.py (the adapter writer) lands with the reader")
+    from tests.service_util import FAST, ServerProc, text_of
+
+    path = lora_util.write_adapter(tmp_path / "a.gguf", "llama", 8.0,
+                                   lora_util.random_adapter(GGUFFile(smollm2_path), 8, seed=3, amplitude=4.0))
+    srv = ServerProc("-m", str(smollm2_path), "--parallel", parallel, "--lora", str(path), engine=FAST)
+    try:
+        srv.wait_ready()
+        prompt = {"prompt": "The capital of France is", "n_predict": 10, "temperature": 0}
+        with srv.connect() as c:
+            on = text_of(c.ask({"id": "on", **prompt}))
+            off = text_of(c.ask({"id": "off", **prompt, "lora": []}))
+            on2 = text_of(c.ask({"id": "on2", **prompt, "lora": [{"id": 0, "scale": 1.0}]}))
+            c.send({"id": "a", **prompt})
+            c.send({"id": "b", **prompt, "lora": [{"id": 0, "scale": 0}]})
+            both = c.until_final({"a", "b"})
+            bad = c.ask({"id": "bad", **prompt, "lora": [{"id": 1, "scale": 1}]})
+        assert on != off and on2 == on
+        assert text_of(both["a"]) == on and text_of(both["b"]) == off
+        assert bad[-1]["event"] == "error" and bad[-1]["code"] == "bad_request" and "no adapter 1" in bad[-1]["message"]
+    finally:
+        srv.kill()

@@ -90,7 +90,15 @@ class _AddLora(argparse.Action):
                 parser.error(f"--lora-scaled {path} {text}: the scale must be finite")
         else:
             path, scale = values, 1.0
-        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), (Path(path), scale)])
+        have = getattr(namespace, self.dest, None)  # serve's --config marks it unset (service/config.py)
+        setattr(namespace, self.dest, [*(have if isinstance(have, list) else []), (Path(path), scale)])
+
+
+def lora_list(value: Any) -> list[tuple[Path, float]]:
+    """args.lora as (file, scale) pairs; a config file's `lora = "FILE"` is one adapter at scale 1."""
+    if isinstance(value, (str, Path)):
+        return [(Path(value), 1.0)]
+    return list(value or [])
 
 
 def add_lora_args(p: Any) -> None:
@@ -174,4 +182,4 @@ def load(args: argparse.Namespace):  # -> LLM (import kept lazy: `info` must sta
                n_threads=args.threads or None, kv_type=args.cache_type, mem_budget=budget, n_keep=args.keep,
                context_shift=not args.no_context_shift, numerics=args.numerics,
                chat_format=getattr(args, "chat_template", None), seed=getattr(args, "seed", None),
-               n_seq=getattr(args, "parallel", 1), loras=getattr(args, "lora", []))
+               n_seq=getattr(args, "parallel", 1), loras=lora_list(getattr(args, "lora", [])))
