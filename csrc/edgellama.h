@@ -228,6 +228,34 @@ EL_API size_t el_model_seq_state_size(const el_model *model, int32_t seq);
 EL_API int el_model_seq_state_save(const el_model *model, int32_t seq, void *buf, size_t size);
 EL_API int el_model_seq_state_load(el_model *model, int32_t seq, const void *buf, size_t size);
 
+/* ---- LoRA adapters: y = W x + scale * B (A x) on a model's matmul weights ----
+ * An adapter (index 0..EL_MAX_LORA-1) is a set of terms, one per weight it changes: A (rank x n_in
+ * floats, row-major) and B (n_out x rank), for weight W of n_in columns and n_out rows. The floats are
+ * the caller's and must stay valid and unchanged until el_model_lora_clear or el_model_free (the
+ * weights of the model are never touched). Every term is applied to the rows of a pass after its base
+ * matmul, adapters in index order, each with s = the term's factor * the adapter's scale for the
+ * row's sequence: a scale of 0 (every scale starts at 0) skips the adapter, so those rows have the
+ * base model's bits. A GGUF adapter's term has factor alpha / rank (rank: that weight's; 1 without
+ * alpha) and the scale is the user's (llama.cpp's --lora-scaled). Order of the float operations in
+ * both numerics modes: y = W x (the mode's matmul), then per adapter t = A x, d = B t (F32 dots),
+ * y = y + s * d (llama.cpp's graph steps; the dots are this library's).
+ * Per row the result does not depend on the other rows of the batch. */
+enum el_lora_target { EL_LORA_WQ = 0, EL_LORA_WK = 1, EL_LORA_WV = 2, EL_LORA_WO = 3, EL_LORA_W_GATE = 4,
+                      EL_LORA_W_UP = 5, EL_LORA_W_DOWN = 6, EL_LORA_OUTPUT = 7 /* layer ignored */ };
+enum { EL_MAX_LORA = 64, EL_MAX_LORA_RANK = 8192 };
+/* EL_EINVAL for a bad adapter index, layer, target, rank (1..EL_MAX_LORA_RANK), NULL pointers, n_in /
+ * n_out that are not the weight's columns / rows, a factor that is not finite, or a second term of
+ * one adapter on one weight;
+ * EL_ENOMEM when the scratch for a new largest rank (el_model_lora_bytes) cannot be allocated. */
+EL_API int el_model_lora_attach(el_model *model, int32_t adapter, int32_t layer, int target, const float *a,
+                                const float *b, int32_t rank, int64_t n_in, int64_t n_out, float factor);
+/* adapter's scale for sequence seq (-1: every sequence); finite, else EL_EINVAL */
+EL_API int el_model_lora_scale(el_model *model, int32_t adapter, int32_t seq, float scale);
+/* detaches every adapter (scales back to 0) and frees their scratch */
+EL_API int el_model_lora_clear(el_model *model);
+/* scratch bytes a model of batch n_batch allocates for terms of rank up to max_rank (0: invalid) */
+EL_API size_t el_model_lora_bytes(int32_t n_batch, int32_t max_rank);
+
 /* ---- grammar-constrained decoding (edgellama/grammar/) ---- */
 /* A compiled grammar: code[] holds (type, value) int32 pairs, llama.cpp's layout: each rule's
  * alternatives are element runs ended by ALT, the last by END; a character set is CHAR or CHAR_NOT

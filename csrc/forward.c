@@ -33,12 +33,16 @@ static mm_input quantize_input(el_model *m, const float *x, size_t n, const el_t
     return in;
 }
 
-/* y = w in: in was quantized for w's kind by quantize_input */
-static void mm(el_model *m, const el_tensor *w, const mm_input *in, float *y) {
+/* y = w in (+ the LoRA terms on weight slot `slot`): in was quantized for w's kind by quantize_input */
+static void mm(el_model *m, const el_tensor *w, const mm_input *in, float *y, int32_t slot) {
     const int kind = el_act_kind(w->type);
     const void *act = kind == ACT_F32 ? (const void *)in->x : in->act[kind];
     m->ops->matmul(m->pool, w->type, w->data, (size_t)w->ne1, (size_t)w->ne0, act, in->n, y, (size_t)w->ne1);
+    if (m->lora_block) el_lora_mm(m, slot, in->x, in->n, y, (size_t)w->ne1);
 }
+
+/* the LoRA slot of layer il's target k (lora.h) */
+static int32_t slot_of(int32_t il, int k) { return il * EL_LORA_LAYER_TARGETS + k; }
 
 static void norm_rows(float *out, const float *x, const el_tensor *w, size_t n, size_t dim, float eps) {
     for (size_t i = 0; i < n; i++) el_rmsnorm(out + i * dim, x + i * dim, (const float *)w->data, dim, eps);
@@ -119,6 +123,9 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
     const size_t E = (size_t)d->n_embd, HD = (size_t)d->head_dim, NH = (size_t)d->n_head;
     const size_t NKV = (size_t)d->n_head_kv, F = (size_t)d->n_ff, QD = NH * HD, KVD = NKV * HD;
 
+    /* each row's sequence, for its LoRA scales (follows the rows through the compaction below) */
+    if (m->lora_block) memcpy(m->lora_seq, m->row_seq, n * sizeof(int32_t));
+
     /* embeddings */
     const el_type_traits *te = el_get_type_traits(d->tok_embd.type);
     const size_t erow = el_row_bytes(d->tok_embd.type, E);
@@ -133,9 +140,9 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
         norm_rows(m->xn, m->x, &L->attn_norm, n, E, d->norm_eps);
         const el_tensor *qkv[3] = {&L->wq, &L->wk, &L->wv};
         const mm_input xn = quantize_input(m, m->xn, n, qkv, 3);
-        mm(m, &L->wq, &xn, m->q);
-        mm(m, &L->wk, &xn, m->k);
-        mm(m, &L->wv, &xn, m->v);
+        mm(m, &L->wq, &xn, m->q, slot_of(il, EL_LORA_WQ));
+        mm(m, &L->wk, &xn, m->k, slot_of(il, EL_LORA_WK));
+        mm(m, &L->wv, &xn, m->v, slot_of(il, EL_LORA_WV));
         add_bias(m->q, &L->bq, n, QD);
         add_bias(m->k, &L->bk, n, KVD);
         add_bias(m->v, &L->bv, n, KVD);
@@ -167,7 +174,7 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
             for (size_t i = 0; i < na; i++) m->ops->attention(m, caches[i], &args[i]);
         const el_tensor *wo = &L->wo;
         const mm_input att = quantize_input(m, m->att, n, &wo, 1);
-        mm(m, wo, &att, m->o);
+        mm(m, wo, &att, m->o, slot_of(il, EL_LORA_WO));
         /* past the last attention only the rows whose logits are wanted matter; llama.cpp drops the
          * others here too, so the rest of the layer runs on the same batch sizes as there */
         size_t nr = n;
@@ -175,6 +182,9 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
             if (n_want == 0) return EL_OK; /* the caches hold the batch: nothing more to compute */
             compact_rows(m->x, batch, m->row_src, n, E);
             compact_rows(m->o, batch, m->row_src, n, E);
+            if (m->lora_block)
+                for (size_t r = 0, k = 0; r < n; r++)
+                    if (batch[m->row_src[r]].logits) m->lora_seq[k++] = m->row_seq[r];
             nr = n_want;
         }
         if (L->attn_post_norm.data) norm_rows(m->o, m->o, &L->attn_post_norm, nr, E, d->norm_eps);
@@ -184,11 +194,11 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
         norm_rows(m->xn, m->x, &L->ffn_norm, nr, E, d->norm_eps);
         const el_tensor *gate_up[2] = {&L->w_gate, &L->w_up}, *down = &L->w_down;
         const mm_input xf = quantize_input(m, m->xn, nr, gate_up, 2);
-        mm(m, &L->w_gate, &xf, m->g);
-        mm(m, &L->w_up, &xf, m->u);
+        mm(m, &L->w_gate, &xf, m->g, slot_of(il, EL_LORA_W_GATE));
+        mm(m, &L->w_up, &xf, m->u, slot_of(il, EL_LORA_W_UP));
         glu(m, nr, F);
         const mm_input gu = quantize_input(m, m->g, nr, &down, 1);
-        mm(m, down, &gu, m->o);
+        mm(m, down, &gu, m->o, slot_of(il, EL_LORA_W_DOWN));
         if (L->ffn_post_norm.data) norm_rows(m->o, m->o, &L->ffn_post_norm, nr, E, d->norm_eps);
         el_add(m->x, m->x, m->o, nr * E);
     }
@@ -199,9 +209,12 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
     for (size_t i = 0, k = 0; i < n; i++) rank[i] = batch[i].logits ? (int32_t)k++ : -1;
     for (size_t r = 0, k = 0; r < n; r++)
         if (rank[m->row_src[r]] >= 0) memcpy(m->xn + (size_t)rank[m->row_src[r]] * E, m->o + k++ * E, E * sizeof(float));
+    if (m->lora_block)
+        for (size_t i = 0; i < n; i++)
+            if (rank[i] >= 0) m->lora_seq[rank[i]] = batch[i].seq;
     const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
     const mm_input xo = quantize_input(m, m->xn, n_want, &out, 1);
-    mm(m, out, &xo, logits);
+    mm(m, out, &xo, logits, d->n_layer * EL_LORA_LAYER_TARGETS);
     return EL_OK;
 }
 

@@ -264,6 +264,7 @@ void el_model_free(el_model *m) {
     free(m->layers);
     free(m->block);
     free(m->llx_block);
+    el_lora_free(m);
     if (m->pool) el_pool_unref(m->pool);
     free(m);
 }

@@ -6,6 +6,7 @@
 #include "attention.h"
 #include "edgellama.h"
 #include "fp16.h"
+#include "lora.h"
 #include "pool.h"
 
 enum { ACT_F32, ACT_Q8_0, ACT_Q8_1, ACT_Q8_K, ACT_KINDS };
@@ -76,6 +77,15 @@ struct el_model {
     void *llx_block;                 /* the allocation behind the llama.cpp numerics' scratch */
     float *llx_scratch;              /* EL_NUMERICS_LLAMACPP: attention, per thread */
     size_t llx_cells;                /* cells the llama.cpp attention scratch holds */
+    /* LoRA adapters (lora.c): NULL until the first el_model_lora_attach / nonzero scale */
+    el_lora_list *lora;              /* n_layer * EL_LORA_LAYER_TARGETS + 1 weight slots */
+    float *lora_scale;               /* EL_MAX_LORA x n_seq: adapter a's scale for sequence s */
+    void *lora_block;                /* scratch for the largest rank attached (counted in scratch_bytes) */
+    size_t lora_bytes;
+    int32_t lora_rank_cap;
+    float *lora_t;                   /* n_batch x lora_rank_cap: t = x A^T */
+    float *lora_rs;                  /* n_batch: each row's scale for the term being applied */
+    int32_t *lora_seq;               /* n_batch: the sequence of each row of the current matmul input */
 };
 
 /* A public call on a model holds the model's pool for its whole run (pool.h, edgellama.h):

@@ -30,8 +30,10 @@ def _time_tg(llm: Any, first: int, n: int) -> float:
 
 
 def bench(path: Any, threads: list[int], n_prompt: list[int], n_gen: list[int], reps: int, n_ctx: int,
-          kv_type: str, numerics: str = "native", progress: bool = False) -> list[dict[str, Any]]:
-    """progress: a line per test on stderr when it is a terminal."""
+          kv_type: str, numerics: str = "native", progress: bool = False,
+          loras: list[tuple[Any, float]] | None = None) -> list[dict[str, Any]]:
+    """progress: a line per test on stderr when it is a terminal. loras: (adapter file, scale) pairs
+    applied to every pass (LLM(loras=...))."""
     from edgellama.llm import LLM
     from edgellama.native.kernels import isa
 
@@ -39,7 +41,8 @@ def bench(path: Any, threads: list[int], n_prompt: list[int], n_gen: list[int], 
     need_ctx = max([n_ctx] + n_prompt + n_gen)
     for t in threads:
         max_pp = max(n_prompt + [1])
-        with LLM(path, n_ctx=need_ctx, n_batch=max_pp, n_threads=t, kv_type=kv_type, numerics=numerics) as llm:
+        with LLM(path, n_ctx=need_ctx, n_batch=max_pp, n_threads=t, kv_type=kv_type, numerics=numerics,
+                 loras=loras or []) as llm:
             rng = np.random.default_rng(0)
             for kind, sizes in (("pp", n_prompt), ("tg", n_gen)):
                 for n in sizes:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -123,7 +123,8 @@ class LLM(CompletionAPI):
                  n_threads: int | None = None, kv_type: str = "f16", mem_budget: int | None = None,
                  n_keep: int = 0, context_shift: bool = True, numerics: str = "native", *,
                  model_path: str | Path | None = None, chat_format: str | None = None, seed: int | None = None,
-                 verbose: bool = True, n_gpu_layers: int = 0, n_seq: int = 1) -> None:
+                 verbose: bool = True, n_gpu_layers: int = 0, n_seq: int = 1,
+                 loras: Sequence[tuple[str | Path | Any, float]] = ()) -> None:
         """path (or llama-cpp-python's model_path): a GGUF file or a known name (`edgellama list`).
         n_ctx None: the largest context within mem_budget (up to the model's training context), or
         min(training context, 4096) without a budget. Raises memplan.BudgetError, with the plan, when
@@ -132,7 +133,9 @@ class LLM(CompletionAPI):
         random. verbose and n_gpu_layers are accepted for llama-cpp-python scripts and change nothing
         (this runtime prints nothing while loading and runs on the CPU). n_seq: sequences the engine holds
         (each a KV cache of n_ctx, all counted by the plan) for edgellama.slots.Slots; this LLM's own
-        calls use sequence 0."""
+        calls use sequence 0. loras: (adapter, scale) pairs, an adapter a GGUF LoRA file (checked against
+        this model) or a read edgellama.lora.adapter.LoraAdapter, applied in this order with these
+        scales on every sequence (llama.cpp's --lora / --lora-scaled); the plan counts them."""
         t0 = time.perf_counter()
         if (path is None) == (model_path is None):
             raise TypeError("give the model as path or model_path, exactly once")
@@ -143,11 +146,13 @@ class LLM(CompletionAPI):
         self.file = open_model_file(self.path)
         try:
             self.hp, self.desc = build_desc(self.file)
+            adapters = [(self._read_lora(ad), float(scale)) for ad, scale in loras]
             threads = n_threads or default_threads()
             train = self.hp.n_ctx_train or DEFAULT_CTX
             ctx_max = train if mem_budget is not None else min(train, DEFAULT_CTX)
             self.plan: MemoryPlan = choose_plan(self.desc, n_ctx if n_ctx and n_ctx > 0 else None, ctx_max,
-                                                n_batch, kv_type, threads, mem_budget, numerics, n_seq)
+                                                n_batch, kv_type, threads, mem_budget, numerics, n_seq,
+                                                [ad for ad, _ in adapters])
             self.n_ctx = self.plan.n_ctx
             self.n_batch = self.plan.n_batch
             if n_keep < 0 or n_keep >= self.n_ctx:
@@ -157,7 +162,16 @@ class LLM(CompletionAPI):
             self.tokenizer = tokenizer_from_metadata(Metadata.of(self.file), n_rows=self.desc.n_vocab)
             self.pool = Pool(threads)
             self.engine = Engine(self.desc, self.pool, self.n_ctx, self.n_batch, kv_type, numerics, n_seq)
+            self.loras: list[Any] = []  # the adapters by number, with lora_scales their start-up scales
+            self.lora_scales: list[float] = []
+            self._seq_scales: dict[int, tuple[float, ...]] = {}  # sequences not at the start-up scales
+            for ad, scale in adapters:
+                self._attach(ad, scale)
         except BaseException:
+            if hasattr(self, "engine"):
+                self.engine.close()
+            if hasattr(self, "pool"):
+                self.pool.close()
             self.file.close()
             raise
         self._turn = _Turn()
@@ -166,6 +180,74 @@ class LLM(CompletionAPI):
         self.n_prompt_evaluated = 0
         self.tokens: list[int] = []  # what the KV cache holds, position i = tokens[i]
         self.load_ms = (time.perf_counter() - t0) * 1000.0
+
+    # ---- LoRA adapters ----
+    def _read_lora(self, adapter: str | Path | Any) -> Any:
+        if isinstance(adapter, (str, Path)):
+            from edgellama.lora.adapter import read_adapter  # the reader checks it against this model
+
+            return read_adapter(Path(adapter), self.file)
+        return adapter
+
+    def _attach(self, adapter: Any, scale: float) -> int:
+        index = len(self.loras)
+        self.engine.lora_attach(index, adapter)
+        self.loras.append(adapter)
+        self.lora_scales.append(scale)
+        self.engine.lora_scale(index, scale)
+        return index
+
+    def add_lora(self, adapter: str | Path | Any, scale: float = 1.0) -> int:
+        """Attaches an adapter (a GGUF LoRA file or a read LoraAdapter) at scale on every sequence, after
+        the ones attached before; returns its number. The cache is cleared (its keys were computed
+        without it when the scale is not 0). Not counted by self.plan, made at load."""
+        with self._turn.take("add_lora"):
+            index = self._attach(self._read_lora(adapter), float(scale))
+            self._seq_scales = {q: (*t, float(scale)) for q, t in self._seq_scales.items()}
+            self._forget_cache(None)
+            return index
+
+    def set_lora_scale(self, index: int, scale: float, seq: int | None = None) -> None:
+        """Adapter index's scale on sequence seq (None: every sequence, and the start-up scale slots
+        return to); 0 turns it off. Clears the affected sequences' caches when the scale changes:
+        their keys and values were computed with the old one."""
+        with self._turn.take("set_lora_scale"):
+            if not 0 <= index < len(self.loras):
+                raise ValueError(f"no adapter number {index} ({len(self.loras)} attached)")
+            self.engine.lora_scale(index, float(scale), seq)
+            if seq is None:
+                self.lora_scales[index] = float(scale)
+                self._seq_scales.clear()
+            else:
+                now = list(self.seq_scales(seq))
+                now[index] = float(scale)
+                self._seq_scales[seq] = tuple(now)
+            self._forget_cache(seq)
+
+    def seq_scales(self, seq: int) -> tuple[float, ...]:
+        """Every adapter's scale on sequence seq, in adapter order."""
+        return self._seq_scales.get(seq, tuple(self.lora_scales))
+
+    def use_lora_scales(self, scales: Sequence[float] | None, seq: int = 0) -> bool:
+        """Sets every adapter's scale on sequence seq (None: the start-up scales). When they differ from
+        the ones its cache was computed with, that cache is cleared and True returned."""
+        want = tuple(self.lora_scales) if scales is None else tuple(float(x) for x in scales)
+        if len(want) != len(self.loras):
+            raise ValueError(f"{len(want)} adapter scales for {len(self.loras)} adapters")
+        if want == self.seq_scales(seq):
+            return False
+        with self._turn.take("use_lora_scales"):
+            for i, sc in enumerate(want):
+                self.engine.lora_scale(i, sc, seq)
+            self._seq_scales[seq] = want
+            self._forget_cache(seq)
+        return True
+
+    def _forget_cache(self, seq: int | None) -> None:
+        for s in range(self.engine.n_seq) if seq is None else [seq]:
+            self.engine.seq_clear(s)
+        if seq in (None, 0):
+            self.tokens = []
 
     @property
     def n_vocab(self) -> int:

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from edgellama.native import lora
 from edgellama.native.desc import LAYER_TENSORS, ModelDesc
 from edgellama.native.engine import plan_bytes
 
@@ -60,10 +61,12 @@ class MemoryPlan:
     overhead: int
     budget: int | None = None
     n_seq: int = 1  # sequences (service slots), each with its own KV cache of n_ctx positions
+    lora: int = 0  # LoRA adapters: their F32 arrays and the engine's scratch for their largest rank
+    n_lora: int = 0
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv_cache + self.scratch + self.logits + self.overhead
+        return self.weights + self.kv_cache + self.scratch + self.logits + self.overhead + self.lora
 
     @property
     def fits(self) -> bool:
@@ -73,7 +76,8 @@ class MemoryPlan:
         return {
             "n_ctx": self.n_ctx, "n_seq": self.n_seq, "n_batch": self.n_batch, "kv_type": self.kv_type, "n_threads": self.n_threads,
             "weights_bytes": self.weights, "kv_cache_bytes": self.kv_cache, "scratch_bytes": self.scratch,
-            "logits_bytes": self.logits, "overhead_bytes": self.overhead, "total_bytes": self.total,
+            "logits_bytes": self.logits, "lora_bytes": self.lora, "n_lora": self.n_lora,
+            "overhead_bytes": self.overhead, "total_bytes": self.total,
             "budget_bytes": self.budget, "fits": self.fits,
         }
 
@@ -84,6 +88,7 @@ class MemoryPlan:
              + (f" x {self.n_seq} slots)" if self.n_seq > 1 else ")"), self.kv_cache),
             (f"scratch (batches of {self.n_batch})", self.scratch),
             ("logits", self.logits),
+            *([(f"LoRA adapters ({self.n_lora}) and their scratch", self.lora)] if self.n_lora else []),
             ("runtime overhead (estimate)", self.overhead),
             ("total", self.total),
         ]
@@ -120,14 +125,18 @@ def physical_memory() -> int | None:
 
 
 def make_plan(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_threads: int,
-              budget: int | None = None, numerics: str = "native", n_seq: int = 1) -> MemoryPlan:
+              budget: int | None = None, numerics: str = "native", n_seq: int = 1,
+              loras: list[Any] | None = None) -> MemoryPlan:
+    """loras: the adapters the engine will hold (edgellama.lora.adapter.LoraAdapter)."""
     check_ranges(n_ctx, n_batch, n_threads)
     n_batch = max(1, min(n_batch, n_ctx))
     kv, scratch = plan_bytes(desc, n_ctx, n_batch, kv_type, n_threads, numerics, n_seq)
+    ads = loras or []
     return MemoryPlan(
         n_ctx=n_ctx, n_batch=n_batch, kv_type=kv_type, n_threads=n_threads, weights=weights_bytes(desc),
         kv_cache=kv, scratch=scratch, logits=desc.n_vocab * 4 * n_seq,  # a step's logits: a row per slot
         overhead=BASE_OVERHEAD + PER_TOKEN_OVERHEAD * desc.n_vocab, budget=budget, n_seq=n_seq,
+        lora=lora.adapter_bytes(ads) + lora.scratch_bytes(n_batch, lora.max_rank(ads)), n_lora=len(ads),
     )
 
 
@@ -136,14 +145,15 @@ def _slots(n_seq: int) -> str:
 
 
 def choose_plan(desc: ModelDesc, n_ctx: int | None, n_ctx_max: int, n_batch: int, kv_type: str,
-                n_threads: int, budget: int | None, numerics: str = "native", n_seq: int = 1) -> MemoryPlan:
+                n_threads: int, budget: int | None, numerics: str = "native", n_seq: int = 1,
+                loras: list[Any] | None = None) -> MemoryPlan:
     """The plan for n_ctx, or (n_ctx None) for the largest context up to n_ctx_max within budget
     (n_seq sequences, each a context of that size).
     Raises BudgetError, with the plan in the message, when nothing fits. Without a budget, a plan
     whose allocations (all but the file-backed weights) exceed this machine's RAM is refused too."""
     check_ranges(n_ctx, n_batch, n_threads)
     if n_ctx is not None:
-        p = make_plan(desc, n_ctx, n_batch, kv_type, n_threads, budget, numerics, n_seq)
+        p = make_plan(desc, n_ctx, n_batch, kv_type, n_threads, budget, numerics, n_seq, loras)
         if not p.fits:
             raise BudgetError(f"a context of {n_ctx}{_slots(n_seq)} does not fit the memory budget:\n{p.table()}")
         ram = physical_memory()
@@ -152,18 +162,18 @@ def choose_plan(desc: ModelDesc, n_ctx: int | None, n_ctx_max: int, n_batch: int
                               f"({ram >> 20} MiB):\n{p.table()}")
         return p
     hi = min(max(n_ctx_max, MIN_CTX), MAX_CTX)
-    p = make_plan(desc, hi, n_batch, kv_type, n_threads, budget, numerics, n_seq)
+    p = make_plan(desc, hi, n_batch, kv_type, n_threads, budget, numerics, n_seq, loras)
     if p.fits:
         return p
-    lo_plan = make_plan(desc, MIN_CTX, n_batch, kv_type, n_threads, budget, numerics, n_seq)
+    lo_plan = make_plan(desc, MIN_CTX, n_batch, kv_type, n_threads, budget, numerics, n_seq, loras)
     if not lo_plan.fits:
         raise BudgetError(f"the model does not fit the memory budget even with a context of {MIN_CTX}{_slots(n_seq)}:\n"
                           f"{lo_plan.table()}")
     lo = MIN_CTX  # fits; hi does not: bisect on the context (memory grows with it)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if make_plan(desc, mid, n_batch, kv_type, n_threads, budget, numerics, n_seq).fits:
+        if make_plan(desc, mid, n_batch, kv_type, n_threads, budget, numerics, n_seq, loras).fits:
             lo = mid
         else:
             hi = mid
-    return make_plan(desc, lo, n_batch, kv_type, n_threads, budget, numerics, n_seq)
+    return make_plan(desc, lo, n_batch, kv_type, n_threads, budget, numerics, n_seq, loras)

@@ -47,12 +47,24 @@ class Slots:
     def __len__(self) -> int:
         return len(self.slots)
 
-    def best_slot(self, prompt: list[int]) -> Slot | None:
-        """The idle slot whose cache shares the longest prefix with prompt (prefix reuse per slot)."""
+    def best_slot(self, prompt: list[int], scales: list[float] | None = None) -> Slot | None:
+        """The idle slot whose cache shares the longest prefix with prompt (prefix reuse per slot), among
+        caches computed with these LoRA adapter scales (None: the start-up ones) first."""
         idle = [s for s in self.slots if not s.busy]
         if not idle:
             return None
-        return max(idle, key=lambda s: (common_prefix(s.tokens, prompt), -s.index))
+        want = self._scales(scales)
+        return max(idle, key=lambda s: (self.llm.seq_scales(s.index) == want,
+                                        common_prefix(s.tokens, prompt), -s.index))
+
+    def _scales(self, scales: list[float] | None) -> tuple[float, ...]:
+        return tuple(self.llm.lora_scales) if scales is None else tuple(float(x) for x in scales)
+
+    def use_scales(self, slot: Slot, scales: list[float] | None) -> None:
+        """slot's sequence runs with these LoRA adapter scales (None: the start-up ones); a cache
+        computed with others is cleared (LLM.use_lora_scales)."""
+        if self.llm.use_lora_scales(scales, slot.index):
+            slot.tokens = []
 
     def start(self, slot: Slot, prompt: list[int]) -> int:
         """Makes slot evaluate prompt next, reusing the longest prefix its cache holds; returns the

@@ -42,6 +42,7 @@
 #include "../dispatch.h"
 #include "../edgellama.h"
 #include "../llamacpp_exact.h"
+#include "../lora.h"
 #include "../ops.h"
 #include "../pool.h"
 #include "../quants.h"
@@ -2006,6 +2007,143 @@ static void test_sequences(rng_t *r) {
     tiny_free(&t);
 }
 
+/* ------------------------------------------------------------------ LoRA */
+
+/* el_lora_apply against a double reference: y0 + s * B (A x). Tolerance: the float dots of n_in and
+ * rank terms and the final multiply-add each lose at most their length times 2^-24 of the sum of the
+ * absolute terms: (n_in + rank + 2) * 2^-24 * (|y0| + |s| * sum_k |b_ok| sum_c |a_kc x_c|). Rows with
+ * scale 0 keep y0's bits; 1, 2 and 3 threads and each row alone give the same bits. */
+static void test_lora(rng_t *r) {
+    static const size_t shapes[][4] = {/* n rows, n_in, rank, n_out */
+                                       {1, 64, 1, 96}, {5, 576, 64, 1536}, {7, 33, 3, 17}, {16, 128, 16, 200},
+                                       {3, 257, 1, 5}, {9, 96, 64, 65}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const size_t n = shapes[si][0], ni = shapes[si][1], rk = shapes[si][2], no = shapes[si][3];
+        float *x = xmalloc(n * ni * sizeof(float)), *a = xmalloc(rk * ni * sizeof(float));
+        float *b = xmalloc(no * rk * sizeof(float)), *y0 = xmalloc(n * no * sizeof(float));
+        float *y = xmalloc(n * no * sizeof(float)), *y1 = xmalloc(n * no * sizeof(float));
+        float *t = xmalloc(n * rk * sizeof(float)), *s = xmalloc(n * sizeof(float));
+        rng_floats(r, x, n * ni, 1.0f), rng_floats(r, a, rk * ni, 0.1f), rng_floats(r, b, no * rk, 0.1f);
+        rng_floats(r, y0, n * no, 1.0f);
+        for (size_t v = 0; v < n; v++) s[v] = v % 3 == 1 ? 0.0f : rng_unit(r) * 2.0f;
+        int bad = 0, moved = 0, zero_kept = 1;
+        for (int nt = 1; nt <= 3; nt++) {
+            memcpy(y, y0, n * no * sizeof(float));
+            el_lora_apply(pool_of(nt), x, n, ni, a, b, rk, no, s, t, y, no);
+            if (nt == 1) {
+                memcpy(y1, y, n * no * sizeof(float));
+                for (size_t v = 0; v < n; v++)
+                    for (size_t o = 0; o < no; o++) {
+                        double acc = 0, mag = 0;
+                        for (size_t k = 0; k < rk; k++) {
+                            double tk = 0, tm = 0;
+                            for (size_t c = 0; c < ni; c++) {
+                                tk += (double)a[k * ni + c] * x[v * ni + c];
+                                tm += fabs((double)a[k * ni + c] * x[v * ni + c]);
+                            }
+                            acc += tk * b[o * rk + k];
+                            mag += tm * fabs((double)b[o * rk + k]);
+                        }
+                        const double ref = (double)y0[v * no + o] + (double)s[v] * acc;
+                        const double tol = (double)(ni + rk + 2) * 0x1p-24 * (fabs((double)y0[v * no + o]) +
+                                                                              fabs((double)s[v]) * mag);
+                        if (fabs((double)y[v * no + o] - ref) > tol) bad++;
+                        if (s[v] == 0.0f && memcmp(&y[v * no + o], &y0[v * no + o], sizeof(float))) zero_kept = 0;
+                        moved += s[v] != 0.0f && y[v * no + o] != y0[v * no + o];
+                    }
+            } else {
+                check(!memcmp(y, y1, n * no * sizeof(float)), "lora %zux%zu r%zu: %d threads differ from 1", ni, no,
+                      rk, nt);
+            }
+        }
+        check(!bad, "lora n=%zu %zux%zu rank %zu: %d outputs off the double reference", n, ni, no, rk, bad);
+        check(zero_kept, "lora rank %zu: a row with scale 0 changed", rk);
+        check(moved > 0, "lora rank %zu: no output moved", rk);
+        for (size_t v = 0; v < n; v++) { /* each row alone: the bits it has in the batch */
+            memcpy(y, y0 + v * no, no * sizeof(float));
+            el_lora_apply(pool_of(2), x + v * ni, 1, ni, a, b, rk, no, s + v, t, y, no);
+            check(!memcmp(y, y1 + v * no, no * sizeof(float)), "lora rank %zu: row %zu alone differs", rk, v);
+        }
+        free(x), free(a), free(b), free(y0), free(y), free(y1), free(t), free(s);
+    }
+
+    /* on a model: every refusal of el_model_lora_attach / _scale; scale 0 and B = 0 give the base
+     * logits' bits; a sequence with the adapter beside one without equals their runs alone */
+    tiny_model tm;
+    tiny_make(r, &tm);
+    el_model *m = NULL;
+    check(el_model_create_seqs(&tm.d, pool_of(2), TINY_CTX, TINY_BATCH, EL_TYPE_F16, 2, &m) == EL_OK, "lora model");
+    if (!m) return;
+    const int32_t rk = 4;
+    float *a = xmalloc(rk * 128 * sizeof(float)), *b = xmalloc(128 * rk * sizeof(float));
+    float *bz = calloc(128 * rk, sizeof(float));
+    rng_floats(r, a, rk * 128, 0.3f), rng_floats(r, b, 128 * rk, 0.3f);
+    check(el_model_lora_attach(m, -1, 0, EL_LORA_WQ, a, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: adapter -1");
+    check(el_model_lora_attach(m, EL_MAX_LORA, 0, EL_LORA_WQ, a, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: adapter max");
+    check(el_model_lora_attach(m, 0, 2, EL_LORA_WQ, a, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: layer 2");
+    check(el_model_lora_attach(m, 0, -1, EL_LORA_WQ, a, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: layer -1");
+    check(el_model_lora_attach(m, 0, 0, 8, a, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: target 8");
+    check(el_model_lora_attach(m, 0, 0, EL_LORA_WK, a, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: wk has 32 rows");
+    check(el_model_lora_attach(m, 0, 0, EL_LORA_W_DOWN, a, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: down has 128 cols");
+    check(el_model_lora_attach(m, 0, 0, EL_LORA_WQ, NULL, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: NULL a");
+    check(el_model_lora_attach(m, 0, 0, EL_LORA_WQ, a, b, rk, 64, 64, INFINITY) == EL_EINVAL, "lora: factor inf");
+    check(el_model_lora_attach(m, 0, 0, EL_LORA_WQ, a, b, 0, 64, 64, 1.0f) == EL_EINVAL, "lora: rank 0");
+    check(el_model_lora_attach(m, 0, 0, EL_LORA_WQ, a, b, EL_MAX_LORA_RANK + 1, 64, 64, 1.0f) == EL_EINVAL, "lora: rank");
+    check(el_model_lora_attach(m, 0, 0, EL_LORA_OUTPUT, a, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: output rows");
+    check(el_model_lora_scale(m, 0, 2, 1.0f) == EL_EINVAL, "lora: scale of seq 2");
+    check(el_model_lora_scale(m, 0, 0, NAN) == EL_EINVAL, "lora: NaN scale");
+    check(el_model_lora_scale(m, EL_MAX_LORA, 0, 1.0f) == EL_EINVAL, "lora: scale of adapter max");
+    const size_t sc0 = el_model_scratch_bytes(m);
+    int32_t tok[6];
+    for (int i = 0; i < 6; i++) tok[i] = (int32_t)rng_below(r, TINY_VOCAB);
+    float base[2][TINY_VOCAB], got[2][TINY_VOCAB];
+    /* base logits of sequences 0 and 1 (tokens 0..5), then cleared */
+    el_batch_entry e[12];
+    for (int s2 = 0; s2 < 2; s2++)
+        for (int i = 0; i < 6; i++) e[s2 * 6 + i] = (el_batch_entry){s2, tok[i], i, i == 5};
+    check(el_model_decode(m, e, 6, base[0]) == EL_OK && el_model_decode(m, e + 6, 6, base[1]) == EL_OK, "lora base");
+    int st = EL_OK;
+    for (int il = 0; il < 2; il++) {
+        static const int tg[7] = {EL_LORA_WQ, EL_LORA_WK, EL_LORA_WV, EL_LORA_WO, EL_LORA_W_GATE, EL_LORA_W_UP,
+                                  EL_LORA_W_DOWN};
+        static const int64_t ins[7] = {64, 64, 64, 64, 64, 64, 128}, outs[7] = {64, 32, 32, 64, 128, 128, 64};
+        for (int k = 0; k < 7 && st == EL_OK; k++) {
+            st = el_model_lora_attach(m, 0, il, tg[k], a, b, rk, ins[k], outs[k], 0.5f);
+            if (st == EL_OK) st = el_model_lora_attach(m, 1, il, tg[k], a, bz, rk, ins[k], outs[k], 2.0f);
+        }
+    }
+    if (st == EL_OK) st = el_model_lora_attach(m, 0, 0, EL_LORA_OUTPUT, a, b, rk, 64, TINY_VOCAB, 0.5f);
+    check(st == EL_OK, "lora attach -> %d", st);
+    check(el_model_lora_attach(m, 0, 0, EL_LORA_WQ, a, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: attached twice");
+    check(el_model_scratch_bytes(m) == sc0 + el_model_lora_bytes(TINY_BATCH, rk), "lora scratch counted");
+    /* every scale 0 (attached, not enabled), then adapter 1 (B = 0) at scale 3: the base bits */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) check(el_model_lora_scale(m, 1, -1, 3.0f) == EL_OK, "lora scale");
+        check(el_model_seq_clear(m, 0) == EL_OK && el_model_seq_clear(m, 1) == EL_OK, "lora clear");
+        check(el_model_decode(m, e, 6, got[0]) == EL_OK && !memcmp(got[0], base[0], sizeof got[0]),
+              "lora pass %d: not the base logits", pass);
+    }
+    /* adapter 0 on sequence 0 only: solo, then both sequences in one batch */
+    check(el_model_lora_scale(m, 0, 0, 0.5f) == EL_OK, "lora scale seq 0");
+    float solo[TINY_VOCAB];
+    check(el_model_seq_clear(m, 0) == EL_OK && el_model_decode(m, e, 6, solo) == EL_OK, "lora solo");
+    check(memcmp(solo, base[0], sizeof solo) != 0, "lora: the adapter changed nothing");
+    check(el_model_seq_clear(m, 0) == EL_OK && el_model_seq_clear(m, 1) == EL_OK, "lora clear");
+    /* interleaved: 4 + 4 entries, then the last 2 + 2 (logits of the last of each) */
+    el_batch_entry mix8[8];
+    for (int i = 0; i < 4; i++) mix8[2 * i] = e[6 + i], mix8[2 * i + 1] = e[i], mix8[2 * i].logits = mix8[2 * i + 1].logits = 0;
+    float two[2][TINY_VOCAB];
+    check(el_model_decode(m, mix8, 8, NULL) == EL_OK, "lora mixed 1");
+    el_batch_entry tail[4] = {e[10], e[4], e[11], e[5]};
+    check(el_model_decode(m, tail, 4, two[0]) == EL_OK, "lora mixed 2");
+    check(!memcmp(two[0], base[1], sizeof solo), "lora: sequence 1 (no adapter) in a mixed batch differs");
+    check(!memcmp(two[1], solo, sizeof solo), "lora: sequence 0 (adapter) in a mixed batch differs");
+    check(el_model_lora_clear(m) == EL_OK && el_model_scratch_bytes(m) == sc0, "lora clear frees its scratch");
+    el_model_free(m);
+    tiny_free(&tm);
+    free(a), free(b), free(bz);
+}
+
 int main(int argc, char **argv) {
     uint64_t seed = 20240607;
     const char *emit = NULL, *golden = NULL, *only = NULL;
@@ -2042,7 +2180,7 @@ int main(int argc, char **argv) {
                 {"dequant/quant", test_dequant_quant}, {"matmul", test_matmul},   {"ops", test_ops},
                 {"attention", test_attention}, {"vec_dot_nv", test_vec_dot_nv}, {"batch == single", test_matmul_batch},
                 {"pool", test_pool}, {"llama.cpp order", test_llamacpp_order}, {"model/threads", test_threads},
-                {"size overflow", test_size_overflow}, {"sequences", test_sequences}, {"grammar", test_grammar},
+                {"size overflow", test_size_overflow}, {"sequences", test_sequences}, {"grammar", test_grammar}, {"lora", test_lora},
             };
             for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
                 const int f0 = g_fail, p0 = g_pass;

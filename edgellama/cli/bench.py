@@ -39,9 +39,11 @@ def run(args: argparse.Namespace) -> int:
 
     threads = [t or default_threads() for t in args.threads]
     if args.parallel is not None:
+        if args.lora:
+            raise ValueError("--lora / --lora-scaled are measured without --parallel")
         return _run_parallel(args, threads)
     rows = bench(model_path(args), threads, args.n_prompt, args.n_gen, args.repetitions, args.ctx_size or 0,
-                 args.cache_type, args.numerics, progress=not args.json)
+                 args.cache_type, args.numerics, progress=not args.json, loras=args.lora)
     if args.json:
         json.dump(rows, sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -4,6 +4,7 @@ GPU flags that mean nothing here), the parser every subcommand uses, and the exi
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -73,6 +74,41 @@ def add_ignored_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--numa", metavar="MODE", action=_Ignored, help="no NUMA placement")
 
 
+class _AddLora(argparse.Action):
+    """--lora FILE and --lora-scaled FILE SCALE into one list of (file, scale), in command-line order
+    (the order the adapters are applied in)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if option_string == "--lora-scaled":
+            path, text = values
+            try:
+                scale = float(text)
+            except ValueError:
+                parser.error(f"--lora-scaled {path} {text}: the scale must be a number")
+            if not math.isfinite(scale):
+                parser.error(f"--lora-scaled {path} {text}: the scale must be finite")
+        else:
+            path, scale = values, 1.0
+        have = getattr(namespace, self.dest, None)  # serve's --config marks it unset (service/config.py)
+        setattr(namespace, self.dest, [*(have if isinstance(have, list) else []), (Path(path), scale)])
+
+
+def lora_list(value: Any) -> list[tuple[Path, float]]:
+    """args.lora as (file, scale) pairs; a config file's `lora = "FILE"` is one adapter at scale 1."""
+    if isinstance(value, (str, Path)):
+        return [(Path(value), 1.0)]
+    return list(value or [])
+
+
+def add_lora_args(p: Any) -> None:
+    """llama.cpp's adapter flags (an argument parser or group)."""
+    p.add_argument("--lora", metavar="FILE", action=_AddLora, dest="lora", default=[],
+                   help="a GGUF LoRA adapter, at scale 1 (repeatable; applied in the order given)")
+    p.add_argument("--lora-scaled", metavar=("FILE", "SCALE"), nargs=2, action=_AddLora, dest="lora",
+                   help="a GGUF LoRA adapter at a user scale (repeatable); alpha / rank of the file applies too")
+
+
 def add_model_args(p: argparse.ArgumentParser, threads_list: bool = False) -> None:
     p.add_argument("-m", "--model",
                    help="GGUF file or a model name from `edgellama list` (default: the bundled Gemma 3 270M)")
@@ -94,6 +130,7 @@ def add_model_args(p: argparse.ArgumentParser, threads_list: bool = False) -> No
     p.add_argument("--numerics", choices=("native", "llamacpp"), default="native",
                    help="native: this CPU's fastest kernels; llamacpp: llama.cpp's own order of every float "
                         "operation (its x86 build), so logits and greedy text equal llama.cpp's bit for bit")
+    add_lora_args(p)
     add_ignored_args(p)
 
 
@@ -145,4 +182,4 @@ def load(args: argparse.Namespace):  # -> LLM (import kept lazy: `info` must sta
                n_threads=args.threads or None, kv_type=args.cache_type, mem_budget=budget, n_keep=args.keep,
                context_shift=not args.no_context_shift, numerics=args.numerics,
                chat_format=getattr(args, "chat_template", None), seed=getattr(args, "seed", None),
-               n_seq=getattr(args, "parallel", 1))
+               n_seq=getattr(args, "parallel", 1), loras=lora_list(getattr(args, "lora", [])))

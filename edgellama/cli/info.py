@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from edgellama.cli.common import add_lora_args
 from edgellama.gguf.ggml_types import type_name
 from edgellama.gguf.reader import GGUFError, GGUFValueType, ValueTypes
 from edgellama.gguf.split import ModelFile, SplitGGUF, open_model_file
@@ -65,6 +66,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument("--mem-budget", metavar="SIZE", help="e.g. 300M, 1.5G")
     g.add_argument("--numerics", choices=("native", "llamacpp"), default="native",
                    help="llamacpp: the scratch of llama.cpp's float order too")
+    add_lora_args(g)
     g.add_argument("--parallel", type=int, default=1,
                    help="slots of `serve --parallel N`: N KV caches of the context each")
     p.set_defaults(func=run, handler=run)  # edgellama.cli dispatches on args.handler
@@ -366,12 +368,18 @@ def memory_plan(f: ModelFile, args: argparse.Namespace) -> Any:
         hp, desc = build_desc(f)
         threads = args.threads or default_threads()
         train = hp.n_ctx_train or DEFAULT_CTX
+        loras = []
+        if args.lora:  # the adapters' arrays are what they add: read (and checked against the model)
+            from edgellama.lora.adapter import read_adapter
+
+            loras = [read_adapter(path, f) for path, _scale in args.lora]
         try:
             return choose_plan(desc, args.ctx_size or None, train if budget else min(train, DEFAULT_CTX),
-                               args.batch_size, args.cache_type, threads, budget, args.numerics, args.parallel)
+                               args.batch_size, args.cache_type, threads, budget, args.numerics, args.parallel,
+                               loras)
         except BudgetError:
             return make_plan(desc, args.ctx_size or 64, args.batch_size, args.cache_type, threads, budget,
-                             args.numerics, args.parallel)
+                             args.numerics, args.parallel, loras)
     except (ModelError, ValueError, KernelError) as exc:
         raise _Fail(str(exc), EXIT_BAD_MODEL) from None
 

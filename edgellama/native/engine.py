@@ -16,16 +16,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from edgellama.native import lora
 from edgellama.native.desc import (
     INT32_MAX,
     INT32_MIN,
     LAYER_TENSORS,
     ModelDesc,
     TensorRef,
+    c_float,
     c_int32,
     check_c_ranges,
 )
 from edgellama.native.lib import KernelError, check, ffi, lib
+from edgellama.native.lora import LoraAdapterLike
 
 
 def _enum(prefix: str) -> dict[str, int]:
@@ -163,6 +166,11 @@ def plan_bytes(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_thread
     return int(kv[0]), int(scratch[0]) + extra
 
 
+# enum el_lora_target -> the LayerDesc field of that weight
+_LORA_FIELDS = {lora.LAYER_TARGETS[k]: f for k, f in (("attn_q", "wq"), ("attn_k", "wk"), ("attn_v", "wv"),
+                                                         ("attn_output", "wo"), ("ffn_gate", "w_gate"),
+                                                         ("ffn_up", "w_up"), ("ffn_down", "w_down"))}
+
 # el_batch_entry as numpy sees it
 BATCH_ENTRY = np.dtype([("seq", np.int32), ("token", np.int32), ("pos", np.int32), ("logits", np.int32)])
 
@@ -191,6 +199,8 @@ class Engine:
         self._keep = keep  # cffi buffers: the C model points into these views of the file
         self._ptr: Any = out[0]
         self._lock = threading.Lock()  # a call in C, and close, never overlap another thread's
+        self._lora_keep: list[tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]] = []
+        self._lora_names: dict[int, str] = {}
         self.numerics = "native"
         if numerics != "native":
             self.set_numerics(numerics)
@@ -347,6 +357,66 @@ class Engine:
         with self._lock:
             status = lib.el_model_seq_state_load(self._model, int(seq), ffi.from_buffer(blob), len(blob))
         check(status, f"restoring sequence {seq} (a state of another model, context, batch or cache type)")
+
+    # ---- LoRA adapters ----
+    def lora_attach(self, index: int, adapter: LoraAdapterLike) -> None:
+        """Attaches every weight of adapter as adapter number index (applied after the lower numbers),
+        its scale 0 on every sequence until lora_scale. All of adapter's shapes are checked before any
+        is attached; an allocation failure while attaching detaches every adapter (lora_clear)."""
+        if not 0 <= index < lora.MAX_ADAPTERS:
+            raise ValueError(f"adapter number {index} is out of range (0..{lora.MAX_ADAPTERS - 1})")
+        if index in self._lora_names:
+            raise ValueError(f"adapter number {index} is attached already ({self._lora_names[index]})")
+        terms = []
+        for name, w in adapter.weights.items():
+            layer, target = lora.target_of(name, self.desc.n_layer)
+            base = (self.desc.output if target == lora.OUTPUT else
+                    getattr(self.desc.layers[layer], _LORA_FIELDS[target]))
+            if base is None:
+                raise ValueError(f"adapter {adapter.name}: the model has no {name} (its output is the token embedding)")
+            rank = int(np.shape(w.a)[0]) if np.ndim(w.a) == 2 else 0
+            if not 1 <= rank <= lora.MAX_RANK:
+                raise ValueError(f"adapter {adapter.name}: {name} has rank {rank} (1..{lora.MAX_RANK})")
+            a = lora.f32_matrix(f"adapter {adapter.name}: {name}.lora_a", w.a, (rank, base.ne0))
+            b = lora.f32_matrix(f"adapter {adapter.name}: {name}.lora_b", w.b, (base.ne1, rank))
+            factor = c_float(f"adapter {adapter.name}: {name}'s alpha / rank", adapter.scale_of(name, 1.0))
+            terms.append((layer, target, a, b, rank, base.ne0, base.ne1, factor, name))
+        with self._lock:
+            for layer, target, a, b, rank, n_in, n_out, factor, name in terms:
+                status = lib.el_model_lora_attach(self._model, index, layer, target, ffi.from_buffer("float[]", a),
+                                                  ffi.from_buffer("float[]", b), rank, n_in, n_out, factor)
+                if status != 0:
+                    lib.el_model_lora_clear(self._model)
+                    self._lora_keep.clear()
+                    self._lora_names.clear()
+                    check(status, f"attaching adapter {adapter.name}'s {name} (every adapter is detached)")
+                self._lora_keep.append((a, b))  # the C model reads these arrays in every pass
+            self._lora_names[index] = adapter.name
+
+    def lora_scale(self, index: int, scale: float, seq: int | None = None) -> None:
+        """Adapter index's scale (the user's: the engine multiplies each weight's alpha / rank) for
+        sequence seq, or every sequence. 0 turns it off there: that sequence gets the base model's bits."""
+        if index not in self._lora_names:
+            raise ValueError(f"no adapter number {index} is attached (attached: {sorted(self._lora_names)})")
+        if seq is not None and not 0 <= seq < self.n_seq:
+            raise ValueError(f"no sequence {seq} (0..{self.n_seq - 1})")
+        value = c_float(f"the scale of adapter {self._lora_names[index]}", scale)
+        with self._lock:
+            status = lib.el_model_lora_scale(self._model, int(index), -1 if seq is None else int(seq), value)
+        check(status, f"setting adapter {index}'s scale")
+
+    def lora_clear(self) -> None:
+        """Detaches every adapter."""
+        with self._lock:
+            status = lib.el_model_lora_clear(self._model)
+            self._lora_keep.clear()
+            self._lora_names.clear()
+        check(status, "detaching the LoRA adapters")
+
+    @property
+    def lora_names(self) -> dict[int, str]:
+        """The attached adapters' names by number."""
+        return dict(self._lora_names)
 
     def close(self) -> None:
         """Frees the model (after a call another thread is making returns); later calls raise ValueError."""

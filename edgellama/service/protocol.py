@@ -57,6 +57,7 @@ class Completion:
     grammar: str | None = None  # GBNF text (docs/grammar.md)
     json_schema: Any = None  # a JSON Schema object, turned into a grammar
     constraint: Any = None  # the parsed grammar of either (edgellama.grammar.Grammar), checked at parse time
+    lora: list[tuple[int, float]] | None = None  # (adapter id, scale); None: the server's start-up scales
 
 
 @dataclass
@@ -84,7 +85,8 @@ _FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
     "cache_prompt": ((bool,), "true or false"),
     "special": ((bool,), "true or false"),
 }
-_COMPLETION_KEYS = {"type", "id", "prompt", "messages", "stop", "grammar", "json_schema", *_FIELDS}
+_COMPLETION_KEYS = {"type", "id", "prompt", "messages", "stop", "grammar", "json_schema", "lora", *_FIELDS}
+MAX_LORA_ENTRIES = 64
 _CONTROL_KEYS = {"type", "id"}
 TYPES = ("completion", "health", "metrics", "cancel")
 
@@ -165,9 +167,44 @@ def _completion(obj: dict[str, Any], req_id: str | int) -> Completion:
         raise ProtocolError(BAD_REQUEST, "field 'stop' must be a string or a list of up to 16 non-empty strings",
                             req_id)
     req.stop = stop
+    if "lora" in obj:
+        req.lora = _lora(obj["lora"], req_id)
     _check_ranges(req)
     _constraint(obj, req)
     return req
+
+
+def _lora(value: Any, req_id: Any) -> list[tuple[int, float]]:
+    """llama-server's `lora` field: [{"id": adapter number, "scale": number}, ...]; the server checks the
+    ids against its adapters (Scheduler.lora_scales)."""
+    shape = 'field \'lora\' must be a list of {"id": integer, "scale": number}'
+    if not isinstance(value, list) or len(value) > MAX_LORA_ENTRIES:
+        raise ProtocolError(BAD_REQUEST, f"{shape} (up to {MAX_LORA_ENTRIES})", req_id)
+    out: list[tuple[int, float]] = []
+    for i, e in enumerate(value):
+        if (not isinstance(e, dict) or set(e) != {"id", "scale"} or isinstance(e["id"], bool)
+                or not isinstance(e["id"], int) or isinstance(e["scale"], bool) or not isinstance(e["scale"], _NUM)):
+            raise ProtocolError(BAD_REQUEST, f"{shape}: lora[{i}] is not", req_id)
+        if not math.isfinite(e["scale"]) or abs(e["scale"]) > 1e30:
+            raise ProtocolError(BAD_REQUEST, f"lora[{i}]: 'scale' must be a finite number", req_id)
+        if any(e["id"] == j for j, _ in out):
+            raise ProtocolError(BAD_REQUEST, f"lora[{i}]: adapter {e['id']} is given twice", req_id)
+        out.append((e["id"], float(e["scale"])))
+    return out
+
+
+def lora_scales(req: Completion, start_up: list[float]) -> list[float] | None:
+    """The adapter scales of a request as llama-server sets them: the listed adapters at their scales,
+    the others at 0; None without a `lora` field (the server's start-up scales)."""
+    if req.lora is None:
+        return None
+    scales = [0.0] * len(start_up)
+    for i, sc in req.lora:
+        if not 0 <= i < len(start_up):
+            raise ProtocolError(BAD_REQUEST, f"lora: no adapter {i} (the server loaded {len(start_up)}"
+                                + (f": ids 0..{len(start_up) - 1})" if start_up else ")"), req.id)
+        scales[i] = sc
+    return scales
 
 
 def _constraint(obj: dict[str, Any], req: Completion) -> None:

@@ -314,14 +314,21 @@ class Scheduler:
             self._finish(job, P.error_event(req.id, P.CONTEXT, f"the prompt has {len(ids)} tokens; the context "
                                             f"holds {llm.n_ctx} (-c), with room for at least one more"))
             return None
-        slot = slots.best_slot(ids)
+        try:
+            scales = P.lora_scales(req, llm.lora_scales)
+        except P.ProtocolError as exc:
+            self._finish(job, P.error_event(req.id, exc.code, str(exc)))
+            return None
+        slot = slots.best_slot(ids, scales)
         assert slot is not None  # admitted only while a slot is idle
         try:
+            slots.use_scales(slot, scales)
             if not req.cache_prompt:
                 llm.engine.seq_clear(slot.index)
                 slot.tokens = []
             sys_n = len(self.system_tokens)
-            if (self.system_state and common_prefix(slot.tokens, ids) < sys_n and ids[:sys_n] == self.system_tokens):
+            if (self.system_state and common_prefix(slot.tokens, ids) < sys_n and ids[:sys_n] == self.system_tokens
+                    and llm.seq_scales(slot.index) == tuple(llm.lora_scales)):  # the state has the start-up scales
                 slots.load(slot, self.system_tokens, self.system_state)  # the system prompt's KV, not evaluated again
             n_cached = slots.start(slot, ids)
         except Exception as exc:  # noqa: BLE001 - this request fails, the others go on
@@ -409,6 +416,11 @@ class Scheduler:
             from edgellama.grammar import constrain
 
             sampler = constrain(sampler, req.constraint, llm.tokenizer)
+        try:
+            llm.use_lora_scales(P.lora_scales(req, llm.lora_scales), 0)  # a cache of other scales is cleared
+        except P.ProtocolError as exc:
+            self._finish(job, P.error_event(req.id, exc.code, str(exc)))
+            return
         if not req.cache_prompt:
             llm.reset()
 
@@ -416,7 +428,8 @@ class Scheduler:
         # the last chunk (LLM.prefill reuses what the cache holds), so the forward passes are those of `run`
         common = common_prefix(llm.tokens, ids)
         sys_n = len(self.system_tokens)
-        if self.system_state and common < sys_n and ids[:sys_n] == self.system_tokens:
+        if (self.system_state and common < sys_n and ids[:sys_n] == self.system_tokens
+                and llm.seq_scales(0) == tuple(llm.lora_scales)):  # the state has the start-up scales
             # another prompt took the cache since: put the system prompt's KV back instead of evaluating it
             llm.engine.load_state(self.system_state)
             llm.tokens = list(self.system_tokens)
