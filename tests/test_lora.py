@@ -331,7 +331,7 @@ def test_plan_counts_adapters_and_scratch(smollm2_path: Path) -> None:
     assert eng.scratch_bytes == before + scratch  # what the plan said the engine allocates
 
 
-def test_llm_loras_and_scales(smollm2_path: Path) -> None:
+def test_llm_loras_and_scales(smollm2_path: Path, tmp_path: Path) -> None:
     from edgellama.llm import LLM
 
     desc = _load(smollm2_path)
@@ -351,6 +351,12 @@ def test_llm_loras_and_scales(smollm2_path: Path) -> None:
             llm.set_lora_scale(3, 1.0)
         i = llm.add_lora(random_adapter(desc, [1], 2, 0.0, 12), 1.0)
         assert i == 1 and not np.array_equal(llm.eval(SMOL_IDS), on)
+        llm.save_session(tmp_path / "s.bin")
+    with LLM(smollm2_path, n_ctx=64, n_batch=16, n_threads=1) as plain:
+        from edgellama.session import SessionError
+
+        with pytest.raises(SessionError, match="lora"):  # its cache was computed with the adapters
+            plain.load_session(tmp_path / "s.bin")
 
 
 # ---- the command line, on adapter files (the reader and tests/lora_util.py's writer) ----
