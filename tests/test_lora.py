@@ -413,6 +413,15 @@ def test_protocol_lora_field() -> None:
             req(bad)
 
 
+def test_http_lora_field_maps_onto_protocol_v1() -> None:
+    from edgellama.service.http import fields
+
+    lora = [{"id": 0, "scale": 0.25}]
+    assert fields.llama_completion({"prompt": "x", "lora": lora}, "r")["lora"] == lora
+    assert fields.openai_completion({"prompt": "x", "lora": lora}, "r")["lora"] == lora
+    assert "lora" not in fields.llama_completion({"prompt": "x"}, "r")
+
+
 @pytest.mark.parametrize("parallel", ["1", "2"])
 def test_serve_per_request_scales(smollm2_path: Path, tmp_path: Path, parallel: str) -> None:
     """One request at a time, or --parallel 2 slots, with an adapter loaded at scale 1: a request with "lora": [] (every adapter off)
