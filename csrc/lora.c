@@ -28,7 +28,7 @@ typedef struct {
     float (*dot)(size_t n, const float *a, const float *b);
 } lora_b_task;
 
-enum { LORA_B_ROWS = 64 }; /* output rows per pool item */
+enum { LORA_B_ROWS = 64, LORA_POOL_MIN = 65536 }; /* output rows per pool item; pool from this many MACs */
 
 static void lora_b_item(void *p, size_t i, size_t n_items) {
     const lora_b_task *k = p;
@@ -55,8 +55,12 @@ void el_lora_apply(el_pool *pool, const float *x, size_t n, size_t n_in, const f
     el_matmul_act(pool, EL_TYPE_F32, a, rank, n_in, x, n, t, rank);
     lora_b_task k = {t, b, s, n, rank, n_out, ldy, y, el_kern()->dot_f32};
     const size_t n_items = (n_out + LORA_B_ROWS - 1) / LORA_B_ROWS;
-    if (!pool || n_items == 1) lora_b_item(&k, 0, 1);
-    else el_pool_for(pool, n_items, lora_b_item, &k);
+    /* a decode step's term is a few tens of thousands of multiply-adds: waking the workers would cost more */
+    if (!pool || n_items == 1 || n * n_out * rank < LORA_POOL_MIN) {
+        for (size_t i = 0; i < n_items; i++) lora_b_item(&k, i, n_items);
+    } else {
+        el_pool_for(pool, n_items, lora_b_item, &k);
+    }
 }
 
 void el_lora_mm(el_model *m, int32_t slot, const float *x, size_t n, float *y, size_t ldy) {

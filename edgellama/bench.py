@@ -58,7 +58,7 @@ def bench(path: Any, threads: list[int], n_prompt: list[int], n_gen: list[int], 
                     rates = [n / run_once() for _ in range(reps)]
                     rows.append({
                         "model": llm.path.name, "size_bytes": llm.path.stat().st_size, "arch": llm.hp.arch,
-                        "isa": isa(), "numerics": numerics, "threads": t, "test": f"{kind}{n}", "n_tokens": n,
+                        "isa": isa(), "numerics": numerics, "loras": len(llm.loras), "threads": t, "test": f"{kind}{n}", "n_tokens": n,
                         "tok_s_mean": statistics.fmean(rates),
                         "tok_s_stdev": statistics.stdev(rates) if len(rates) > 1 else 0.0,
                         "samples": rates,

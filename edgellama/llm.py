@@ -381,7 +381,9 @@ class LLM(CompletionAPI):
         # a split model: every piece's header and size, so a session never outlives a replaced piece
         model = ":".join(session.model_fingerprint(p, pc.data_offset) for p, pc in iter_pieces(self.file))
         return {"model": model, "n_ctx": self.n_ctx,
-                "n_batch": self.n_batch, "kv_type": self.kv_type, "numerics": self.engine.numerics}
+                "n_batch": self.n_batch, "kv_type": self.kv_type, "numerics": self.engine.numerics,
+                # the adapters and scales the cache was computed with (null without: older files match)
+                "lora": [[ad.name, sc] for ad, sc in zip(self.loras, self.seq_scales(0), strict=True)] or None}
 
     def save_session(self, path: str | Path) -> None:
         """Writes the KV cache and the tokens it holds."""

@@ -211,6 +211,7 @@ def test_llama_server_field_names(server: ServerProc) -> None:
     ({"prompt": PROMPT, "top_p": 3}, 400, "top_p"),  # protocol v1's range check, its words
     ({"prompt": PROMPT, "grammar": "root ::= \"yes"}, 400, "line 1, column 14: unterminated string"),
     ({"prompt": PROMPT, "json_schema": {"type": "integer", "minimum": 1}}, 400, "'minimum' is not supported"),
+    ({"prompt": PROMPT, "lora": [{"id": 0, "scale": 1}]}, 400, "lora: no adapter 0"),  # none loaded
 ])
 def test_refused_fields_get_llama_server_error_json(server: ServerProc, body: dict[str, Any], status: int,
                                                     words: str) -> None:

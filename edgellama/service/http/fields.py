@@ -70,7 +70,7 @@ NEUTRAL: dict[str, Any] = {"n_probs": 0, "typical_p": 1.0, "presence_penalty": 0
                            "ignore_eos": False, "n_keep": 0, "min_keep": 0, "t_max_predict_ms": 0,
                            "id_slot": -1, "n_cmpl": 1, "n": 1, "logprobs": False, "top_logprobs": 0,
                            "post_sampling_probs": False, "return_tokens": False, "timings_per_token": False,
-                           "return_progress": False, "logit_bias": None, "lora": None}
+                           "return_progress": False, "logit_bias": None}
 
 
 def _neutral(obj: dict[str, Any]) -> None:
@@ -137,6 +137,7 @@ def llama_completion(obj: dict[str, Any], req_id: str) -> dict[str, Any]:
             v1[name] = obj[name]
     _seed(obj, v1)
     v1.update(grammar_fields(obj))
+    _lora(obj, v1)
     return v1
 
 
@@ -154,6 +155,13 @@ def _openai_common(obj: dict[str, Any], v1: dict[str, Any]) -> None:
         v1["stop"] = obj["stop"]
     _seed(obj, v1)
     v1.update(grammar_fields(obj))
+    _lora(obj, v1)
+
+
+def _lora(obj: dict[str, Any], v1: dict[str, Any]) -> None:
+    """llama-server's per-request adapter scales, protocol v1's field of the same name and shape."""
+    if obj.get("lora") is not None:
+        v1["lora"] = obj["lora"]
 
 
 def openai_completion(obj: dict[str, Any], req_id: str) -> dict[str, Any]:
