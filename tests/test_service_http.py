@@ -219,6 +219,16 @@ def test_refused_fields_get_llama_server_error_json(server: ServerProc, body: di
     assert words in r["error"]["message"], r
 
 
+def test_lora_adapters_on_a_server_without_adapters(server: ServerProc) -> None:
+    """llama-server's LoRA routes with nothing loaded (tests/test_service_lora_http.py has adapters)."""
+    assert call(server, "GET", "/lora-adapters") == (200, [])
+    assert call(server, "POST", "/lora-adapters", []) == (200, {"success": True})
+    for path, body in (("/lora-adapters", [{"id": 0, "scale": 1}]),
+                       ("/completion", {"prompt": PROMPT, "n_predict": 1, "lora": [{"id": 0, "scale": 1}]})):
+        status, r = call(server, "POST", path, body)
+        assert status == 400 and "no adapter 0 (the server loaded 0)" in r["error"]["message"], r
+
+
 @pytest.mark.parametrize(("body", "want"), [
     ({"grammar": "root ::= \"yes\""}, {"grammar": "root ::= \"yes\""}),
     ({"json_schema": {"type": "string"}}, {"json_schema": {"type": "string"}}),
