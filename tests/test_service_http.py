@@ -172,7 +172,7 @@ LLAMA_PROPS = {"default_generation_settings", "total_slots", "model_path", "chat
                "build_info"}
 LLAMA_SLOT = {"id", "n_ctx", "speculative", "is_processing", "params"}
 LLAMA_PARAMS = {"n_predict", "seed", "temperature", "top_k", "top_p", "min_p", "repeat_last_n", "repeat_penalty",
-                "stop", "max_tokens", "stream", "n_probs", "samplers"}
+                "stop", "max_tokens", "stream", "n_probs", "samplers", "lora"}
 OPENAI_USAGE = {"completion_tokens", "prompt_tokens", "total_tokens", "prompt_tokens_details"}
 
 
