@@ -172,7 +172,7 @@ LLAMA_PROPS = {"default_generation_settings", "total_slots", "model_path", "chat
                "build_info"}
 LLAMA_SLOT = {"id", "n_ctx", "speculative", "is_processing", "params"}
 LLAMA_PARAMS = {"n_predict", "seed", "temperature", "top_k", "top_p", "min_p", "repeat_last_n", "repeat_penalty",
-                "stop", "max_tokens", "stream", "n_probs", "samplers"}
+                "stop", "max_tokens", "stream", "n_probs", "samplers", "lora"}
 OPENAI_USAGE = {"completion_tokens", "prompt_tokens", "total_tokens", "prompt_tokens_details"}
 
 
@@ -218,6 +218,16 @@ def test_refused_fields_get_llama_server_error_json(server: ServerProc, body: di
     got, r = call(server, "POST", "/completion", body)
     assert got == status and r["error"]["code"] == status and r["error"]["type"] == "invalid_request_error"
     assert words in r["error"]["message"], r
+
+
+def test_lora_adapters_on_a_server_without_adapters(server: ServerProc) -> None:
+    """llama-server's LoRA routes with nothing loaded (tests/test_service_lora_http.py has adapters)."""
+    assert call(server, "GET", "/lora-adapters") == (200, [])
+    assert call(server, "POST", "/lora-adapters", []) == (200, {"success": True})
+    for path, body in (("/lora-adapters", [{"id": 0, "scale": 1}]),
+                       ("/completion", {"prompt": PROMPT, "n_predict": 1, "lora": [{"id": 0, "scale": 1}]})):
+        status, r = call(server, "POST", path, body)
+        assert status == 400 and "no adapter 0 (the server loaded 0)" in r["error"]["message"], r
 
 
 @pytest.mark.parametrize(("body", "want"), [

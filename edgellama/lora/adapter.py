@@ -26,6 +26,9 @@ KEY_TYPE = "general.type"
 KEY_ADAPTER_TYPE = "adapter.type"
 KEY_ALPHA = "adapter.lora.alpha"
 KEY_ALORA_TOKENS = "adapter.alora.invocation_tokens"
+# optional strings llama.cpp reads and llama-server lists on GET /lora-adapters
+KEY_TASK_NAME = "adapter.lora.task_name"
+KEY_PROMPT_PREFIX = "adapter.lora.prompt_prefix"
 # The tensor types convert_lora_to_gguf.py writes (--outtype f32, f16, bf16, q8_0).
 ADAPTER_TYPES = (GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0)
 _NUMERIC = {GGUFValueType.FLOAT32, GGUFValueType.FLOAT64, GGUFValueType.INT8, GGUFValueType.UINT8,
@@ -55,6 +58,8 @@ class LoraAdapter:
     name: str  # file stem, for logs and /lora-adapters
     alpha: float
     weights: dict[str, LoraWeight]  # base tensor name (e.g. "blk.0.attn_q.weight") -> its pair
+    task_name: str = ""  # adapter.lora.task_name, "" when absent (as llama.cpp reads it)
+    prompt_prefix: str = ""  # adapter.lora.prompt_prefix, likewise
 
     def scale_of(self, base_name: str, user_scale: float) -> float:
         """user_scale * alpha / rank, in float32 as llama.cpp computes it (alpha 0: user_scale alone)."""
@@ -82,9 +87,11 @@ def read_adapter(path: str | Path, base: ModelFile) -> LoraAdapter:
         alpha = _check_metadata(f, base)
         pairs = _pair_tensors(f)
         weights = {name: _load_pair(f, name, a, b, base) for name, (a, b) in pairs.items()}
+        task_name, prompt_prefix = _string(f, KEY_TASK_NAME) or "", _string(f, KEY_PROMPT_PREFIX) or ""
     if not weights:
         raise LoraError(f"{path}: LoRA adapter holds no lora_a/lora_b tensor pairs")
-    return LoraAdapter(path=path, name=path.stem, alpha=alpha, weights=weights)
+    return LoraAdapter(path=path, name=path.stem, alpha=alpha, weights=weights, task_name=task_name,
+                       prompt_prefix=prompt_prefix)
 
 
 def _string(f: GGUFFile, key: str) -> str | None:

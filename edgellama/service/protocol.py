@@ -57,7 +57,7 @@ class Completion:
     grammar: str | None = None  # GBNF text (docs/grammar.md)
     json_schema: Any = None  # a JSON Schema object, turned into a grammar
     constraint: Any = None  # the parsed grammar of either (edgellama.grammar.Grammar), checked at parse time
-    lora: list[tuple[int, float]] | None = None  # (adapter id, scale); None: the server's start-up scales
+    lora: list[tuple[int, float]] | None = None  # (adapter id, scale); None: the server's default scales
 
 
 @dataclass
@@ -168,43 +168,49 @@ def _completion(obj: dict[str, Any], req_id: str | int) -> Completion:
                             req_id)
     req.stop = stop
     if "lora" in obj:
-        req.lora = _lora(obj["lora"], req_id)
+        req.lora = parse_lora(obj["lora"], req_id)
     _check_ranges(req)
     _constraint(obj, req)
     return req
 
 
-def _lora(value: Any, req_id: Any) -> list[tuple[int, float]]:
-    """llama-server's `lora` field: [{"id": adapter number, "scale": number}, ...]; the server checks the
-    ids against its adapters (Scheduler.lora_scales)."""
-    shape = 'field \'lora\' must be a list of {"id": integer, "scale": number}'
+def parse_lora(value: Any, req_id: Any, what: str = "field 'lora'", item: str = "lora") -> list[tuple[int, float]]:
+    """llama-server's `lora` list: [{"id": adapter number, "scale": number}, ...] (what, item: how messages
+    name it and its entries, e.g. HTTP's POST /lora-adapters body); scales_of checks the ids."""
+    shape = f'{what} must be a list of {{"id": integer, "scale": number}}'
     if not isinstance(value, list) or len(value) > MAX_LORA_ENTRIES:
         raise ProtocolError(BAD_REQUEST, f"{shape} (up to {MAX_LORA_ENTRIES})", req_id)
     out: list[tuple[int, float]] = []
     for i, e in enumerate(value):
         if (not isinstance(e, dict) or set(e) != {"id", "scale"} or isinstance(e["id"], bool)
                 or not isinstance(e["id"], int) or isinstance(e["scale"], bool) or not isinstance(e["scale"], _NUM)):
-            raise ProtocolError(BAD_REQUEST, f"{shape}: lora[{i}] is not", req_id)
+            raise ProtocolError(BAD_REQUEST, f"{shape}: {item}[{i}] is not", req_id)
         if not math.isfinite(e["scale"]) or abs(e["scale"]) > 1e30:
-            raise ProtocolError(BAD_REQUEST, f"lora[{i}]: 'scale' must be a finite number", req_id)
+            raise ProtocolError(BAD_REQUEST, f"{item}[{i}]: 'scale' must be a finite number", req_id)
         if any(e["id"] == j for j, _ in out):
-            raise ProtocolError(BAD_REQUEST, f"lora[{i}]: adapter {e['id']} is given twice", req_id)
+            raise ProtocolError(BAD_REQUEST, f"{item}[{i}]: adapter {e['id']} is given twice", req_id)
         out.append((e["id"], float(e["scale"])))
     return out
 
 
-def lora_scales(req: Completion, start_up: list[float]) -> list[float] | None:
-    """The adapter scales of a request as llama-server sets them: the listed adapters at their scales,
-    the others at 0; None without a `lora` field (the server's start-up scales)."""
-    if req.lora is None:
-        return None
-    scales = [0.0] * len(start_up)
-    for i, sc in req.lora:
-        if not 0 <= i < len(start_up):
-            raise ProtocolError(BAD_REQUEST, f"lora: no adapter {i} (the server loaded {len(start_up)}"
-                                + (f": ids 0..{len(start_up) - 1})" if start_up else ")"), req.id)
+def scales_of(lora: list[tuple[int, float]], n_adapters: int, req_id: Any) -> list[float]:
+    """llama-server's reading of a `lora` list: the listed adapters at their scales, the others at 0;
+    an id the server has no adapter for is a bad_request naming it."""
+    scales = [0.0] * n_adapters
+    for i, sc in lora:
+        if not 0 <= i < n_adapters:
+            raise ProtocolError(BAD_REQUEST, f"lora: no adapter {i} (the server loaded {n_adapters}"
+                                + (f": ids 0..{n_adapters - 1})" if n_adapters else ")"), req_id)
         scales[i] = sc
     return scales
+
+
+def lora_scales(req: Completion, defaults: list[float]) -> list[float] | None:
+    """The adapter scales of a request as llama-server sets them (scales_of); None without a `lora`
+    field: the server's default scales (the start-up ones, or as POST /lora-adapters last set them)."""
+    if req.lora is None:
+        return None
+    return scales_of(req.lora, len(defaults), req.id)
 
 
 def _constraint(obj: dict[str, Any], req: Completion) -> None:

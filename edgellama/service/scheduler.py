@@ -82,6 +82,9 @@ class Scheduler:
         self.heartbeat = time.monotonic()  # last sign of progress of the engine thread
         self.system_tokens: list[int] = []
         self.system_state = b""
+        # the LoRA adapter scales of requests without a `lora` field: the start-up ones until POST
+        # /lora-adapters sets others (under cond; read when a request is admitted, so it keeps them)
+        self.lora_defaults: list[float] = []
         self.thread = threading.Thread(target=self._main, name="edgellama-engine", daemon=True)
 
     # ---- called from the I/O loop ----
@@ -132,6 +135,20 @@ class Scheduler:
         with self.cond:
             return not self._n_busy() and not self.queue
 
+    def lora_adapters(self) -> list[tuple[Any, float]]:
+        """The loaded LoRA adapters in number order (LLM.loras) with their default scales; [] while loading."""
+        with self.cond:
+            if self.status != "ok":
+                return []
+            return list(zip(self.llm.loras, self.lora_defaults, strict=True))
+
+    def set_lora_defaults(self, lora: list[tuple[int, float]]) -> None:
+        """llama-server's POST /lora-adapters: later requests without a `lora` field run with the listed
+        adapters at these scales, the others at 0; admitted ones keep theirs. An unknown id raises
+        ProtocolError naming it, and nothing changes."""
+        with self.cond:
+            self.lora_defaults = P.scales_of(lora, len(self.lora_defaults), None)
+
     def _busy_jobs(self) -> list[Job]:
         """The unfinished jobs in slots (call with cond held). A job that has sent its last event no
         longer counts, though the engine thread may not have moved on yet: a client that got its
@@ -173,6 +190,14 @@ class Scheduler:
         with self.cond:
             self._finish_locked(job, event)
 
+    def _scales(self, req: P.Completion) -> list[float]:
+        """The adapter scales req runs with, fixed when it is admitted: its `lora` field's, else the
+        defaults of that moment; ProtocolError for an unknown id."""
+        with self.cond:
+            defaults = list(self.lora_defaults)
+        scales = P.lora_scales(req, defaults)
+        return defaults if scales is None else scales
+
     def _cancel_event(self, job: Job) -> dict[str, Any]:
         if job.cancelled == "shutdown":
             return P.error_event(job.req.id, P.SHUTDOWN, "the server is shutting down")
@@ -191,6 +216,7 @@ class Scheduler:
                 self.llm.prefill(self.system_tokens)
                 self.system_state = self.llm.engine.state()  # n_used positions only: small
             with self.cond:
+                self.lora_defaults = list(self.llm.lora_scales)
                 self.status = "ok"
         except BaseException as exc:  # noqa: BLE001 - reported to the loop, which exits non-zero
             self.heartbeat = time.monotonic()
@@ -315,7 +341,7 @@ class Scheduler:
                                             f"holds {llm.n_ctx} (-c), with room for at least one more"))
             return None
         try:
-            scales = P.lora_scales(req, llm.lora_scales)
+            scales = self._scales(req)
         except P.ProtocolError as exc:
             self._finish(job, P.error_event(req.id, exc.code, str(exc)))
             return None
@@ -417,7 +443,7 @@ class Scheduler:
 
             sampler = constrain(sampler, req.constraint, llm.tokenizer)
         try:
-            llm.use_lora_scales(P.lora_scales(req, llm.lora_scales), 0)  # a cache of other scales is cleared
+            llm.use_lora_scales(self._scales(req), 0)  # a cache of other scales is cleared
         except P.ProtocolError as exc:
             self._finish(job, P.error_event(req.id, exc.code, str(exc)))
             return

@@ -48,6 +48,14 @@ def _no_constant(name: str) -> Any:
 
 def json_body(body: bytes) -> dict[str, Any]:
     """The request body as a JSON object, or a 400 naming what is wrong with it."""
+    obj = json_value(body)
+    if not isinstance(obj, dict):
+        raise HttpError(400, "the body must be a JSON object")
+    return obj
+
+
+def json_value(body: bytes) -> Any:
+    """The request body as any JSON value, or a 400 naming what is wrong with it."""
     try:
         obj = json.loads(body.decode("utf-8"), parse_constant=_no_constant)
     except UnicodeDecodeError as exc:
@@ -56,8 +64,6 @@ def json_body(body: bytes) -> dict[str, Any]:
         raise HttpError(400, f"the body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except (RecursionError, ValueError) as exc:
         raise HttpError(400, f"the body is not JSON this server takes: {exc}") from None
-    if not isinstance(obj, dict):
-        raise HttpError(400, "the body must be a JSON object")
     return obj
 
 
@@ -117,6 +123,15 @@ def grammar_fields(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _lora(obj: dict[str, Any], v1: dict[str, Any]) -> None:
+    """llama-server's `lora` field as protocol v1's (which checks its shape; the scheduler its ids); an
+    empty list is llama-server's "no per-request adapters": the server's default scales, as when absent
+    (protocol v1 reads [] as every adapter off)."""
+    lora = obj.get("lora")
+    if lora is not None and lora != []:
+        v1["lora"] = lora
+
+
 def _seed(obj: dict[str, Any], v1: dict[str, Any]) -> None:
     seed = obj.get("seed")
     if seed is not None and seed != -1:  # llama-server's -1: a random seed, protocol v1's null
@@ -136,6 +151,7 @@ def llama_completion(obj: dict[str, Any], req_id: str) -> dict[str, Any]:
         if name in obj and obj[name] is not None:
             v1[name] = obj[name]
     _seed(obj, v1)
+    _lora(obj, v1)
     v1.update(grammar_fields(obj))
     _lora(obj, v1)
     return v1
@@ -154,6 +170,7 @@ def _openai_common(obj: dict[str, Any], v1: dict[str, Any]) -> None:
     if obj.get("stop") is not None:
         v1["stop"] = obj["stop"]
     _seed(obj, v1)
+    _lora(obj, v1)
     v1.update(grammar_fields(obj))
     _lora(obj, v1)
 
@@ -209,6 +226,16 @@ def openai_chat(obj: dict[str, Any], req_id: str) -> dict[str, Any]:
     v1: dict[str, Any] = {"id": req_id, "messages": chat_messages(obj.get("messages")), "stream": False}
     _openai_common(obj, v1)
     return v1
+
+
+def lora_list(obj: Any) -> list[tuple[int, float]]:
+    """POST /lora-adapters' body, [{"id", "scale"}, ...], checked by protocol v1's rules for `lora`."""
+    if not isinstance(obj, list):
+        raise HttpError(400, 'the body must be a JSON array of {"id": integer, "scale": number}')
+    try:
+        return P.parse_lora(obj, None, what="the body", item="body")
+    except P.ProtocolError as exc:
+        raise from_protocol_error(exc.code, str(exc)) from None
 
 
 def parse_v1(v1: dict[str, Any]) -> P.Completion:

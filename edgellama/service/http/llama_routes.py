@@ -1,5 +1,6 @@
 """llama-server's own endpoints with its field names (tools/server/README.md of llama.cpp): /health,
-/metrics, /props, /slots, /completion (SSE when streaming), /tokenize, /detokenize, /apply-template.
+/metrics, /props, /slots, /completion (SSE when streaming), /tokenize, /detokenize, /apply-template,
+/lora-adapters.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def default_params(conn: HttpConnection, req: P.Completion | None = None) -> dic
             "top_k": r.top_k, "top_p": r.top_p, "min_p": r.min_p, "repeat_last_n": r.repeat_last_n,
             "repeat_penalty": r.repeat_penalty, "stop": list(r.stop), "max_tokens": conn.server.scheduler.cfg.max_tokens,
             "stream": r.stream, "n_probs": 0, "cache_prompt": r.cache_prompt,
-            "samplers": ["penalties", "top_k", "top_p", "min_p", "temperature"]}
+            "samplers": ["penalties", "top_k", "top_p", "min_p", "temperature"],
+            "lora": [{"id": i, "scale": sc} for i, sc in r.lora or []]}  # the request's own, as llama-server
 
 
 def slots(conn: HttpConnection) -> list[dict[str, Any]]:
@@ -175,6 +177,27 @@ def chat_prompt(conn: HttpConnection, messages: list[dict[str, Any]]) -> str:
         return render_chat(llm, messages)[0]
     except P.ProtocolError as exc:
         raise F.from_protocol_error(exc.code, str(exc)) from None
+
+
+async def get_lora_adapters(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
+    """llama-server's list of the adapters loaded at start (serve --lora / --lora-scaled), by number, at
+    the scales requests without a `lora` field run with."""
+    _llm(conn)
+    conn.respond_json(200, [{"id": i, "path": str(ad.path), "scale": scale,
+                             "task_name": ad.task_name, "prompt_prefix": ad.prompt_prefix}
+                            for i, (ad, scale) in enumerate(conn.server.scheduler.lora_adapters())])
+
+
+async def post_lora_adapters(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
+    """llama-server's global adapter scales: the listed adapters at their scales, the others at 0, for
+    requests admitted from now on without a `lora` field; an unknown id is a 400 and changes nothing."""
+    _llm(conn)
+    lora = F.lora_list(F.json_value(body))
+    try:
+        conn.server.scheduler.set_lora_defaults(lora)
+    except P.ProtocolError as exc:
+        raise F.from_protocol_error(exc.code, str(exc)) from None
+    conn.respond_json(200, {"success": True})
 
 
 async def apply_template(conn: HttpConnection, req: h11.Request, body: bytes) -> None:

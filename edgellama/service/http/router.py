@@ -23,6 +23,7 @@ ROUTES: dict[str, dict[str, Route]] = {
     "/tokenize": {"POST": L.tokenize},
     "/detokenize": {"POST": L.detokenize},
     "/apply-template": {"POST": L.apply_template},
+    "/lora-adapters": {"GET": L.get_lora_adapters, "POST": L.post_lora_adapters},
     "/v1/models": {"GET": O.models}, "/models": {"GET": O.models},
     "/v1/completions": {"POST": O.completions},
     "/v1/chat/completions": {"POST": O.chat_completions}, "/chat/completions": {"POST": O.chat_completions},
