@@ -153,7 +153,6 @@ def llama_completion(obj: dict[str, Any], req_id: str) -> dict[str, Any]:
     _seed(obj, v1)
     _lora(obj, v1)
     v1.update(grammar_fields(obj))
-    _lora(obj, v1)
     return v1
 
 
@@ -172,13 +171,6 @@ def _openai_common(obj: dict[str, Any], v1: dict[str, Any]) -> None:
     _seed(obj, v1)
     _lora(obj, v1)
     v1.update(grammar_fields(obj))
-    _lora(obj, v1)
-
-
-def _lora(obj: dict[str, Any], v1: dict[str, Any]) -> None:
-    """llama-server's per-request adapter scales, protocol v1's field of the same name and shape."""
-    if obj.get("lora") is not None:
-        v1["lora"] = obj["lora"]
 
 
 def openai_completion(obj: dict[str, Any], req_id: str) -> dict[str, Any]:
