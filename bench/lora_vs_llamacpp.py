@@ -215,8 +215,8 @@ def make_reference(site: str, models: list[str]) -> None:
                                stdout=subprocess.DEVNULL)
                 w = Worker("llama.cpp", site)
                 w.ask(op="load", model=str(merged), threads=2)
-                entry["export_lora"] = [{"greedy": r["greedy"], "argmax": r["argmax"]}
-                                        for r in w.ask(op="ref", prompts=prompts, n=N_GREEDY)]
+                entry["export_lora"] = w.ask(op="ref", prompts=prompts, n=N_GREEDY)
+                entry["export_lora_sha256"] = hashlib.sha256(merged.read_bytes()).hexdigest()
                 w.close()
                 print(name, "export", [r["greedy"][:8] for r in entry["export_lora"]], flush=True)
             data["models"][name] = entry
