@@ -3,6 +3,8 @@ reference that the C engine's logits are compared with. Slow and simple on purpo
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -19,6 +21,31 @@ def deq(t: TensorRef | None) -> F64 | None:
         return None
     w = dequantize(t.data, t.ggml_type, t.ne0 * t.ne1).astype(np.float64)
     return w.reshape(t.ne1, t.ne0) if t.ne1 > 1 else w
+
+
+def as_f32(desc: ModelDesc) -> ModelDesc:
+    """The same model with every weight dequantized to F32: the engine then does float dots with
+    unquantized activations, which makes a tight comparison with this float64 forward possible."""
+
+    def f32(t: TensorRef | None) -> TensorRef | None:
+        if t is None or t.ggml_type == 0:
+            return t
+        w = dequantize(t.data, t.ggml_type, t.ne0 * t.ne1)
+        return TensorRef(w.view(np.uint8), 0, t.ne0, t.ne1)
+
+    d = copy.copy(desc)
+    d.tok_embd = f32(desc.tok_embd)  # type: ignore[assignment]
+    d.output = f32(desc.output)
+    layers = []
+    for L in desc.layers:
+        L2 = copy.copy(L)
+        for fld in dataclasses.fields(L):
+            v = getattr(L, fld.name)
+            if isinstance(v, TensorRef):
+                setattr(L2, fld.name, f32(v))
+        layers.append(L2)
+    d.layers = layers
+    return d
 
 
 def rmsnorm(x: F64, w: F64 | None, eps: float) -> F64:

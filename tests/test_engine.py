@@ -4,7 +4,6 @@ counts, batch vs token-by-token, bad descriptions rejected, KV cache plan == all
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import os
 import subprocess
@@ -19,7 +18,6 @@ from edgellama.gguf.reader import GGUFFile
 from edgellama.gguf.writer import GGUFWriter
 from edgellama.native.desc import ModelDesc, TensorRef
 from edgellama.native.engine import Engine, Pool, plan_bytes
-from edgellama.native.kernels import dequantize
 from edgellama.native.lib import KernelError
 from edgellama.wiring import ModelError, build_desc
 
@@ -29,37 +27,12 @@ def _load(path: Path) -> tuple[GGUFFile, ModelDesc]:
     return f, build_desc(f)[1]
 
 
-def _as_f32(desc: ModelDesc) -> ModelDesc:
-    """The same model with every weight dequantized to F32: the engine then does float dots with
-    unquantized activations, which makes a tight comparison with float64 numpy possible."""
-
-    def f32(t: TensorRef | None) -> TensorRef | None:
-        if t is None or t.ggml_type == 0:
-            return t
-        w = dequantize(t.data, t.ggml_type, t.ne0 * t.ne1)
-        return TensorRef(w.view(np.uint8), 0, t.ne0, t.ne1)
-
-    d = copy.copy(desc)
-    d.tok_embd = f32(desc.tok_embd)  # type: ignore[assignment]
-    d.output = f32(desc.output)
-    layers = []
-    for L in desc.layers:
-        L2 = copy.copy(L)
-        for fld in dataclasses.fields(L):
-            v = getattr(L, fld.name)
-            if isinstance(v, TensorRef):
-                setattr(L2, fld.name, f32(v))
-        layers.append(L2)
-    d.layers = layers
-    return d
-
-
 SMOL_IDS = [1, 504, 3458, 282, 4649, 314, 2114, 30]
 
 
 def test_smollm2_f32_logits_match_float64_numpy_reference(smollm2_path: Path) -> None:
     _f, desc = _load(smollm2_path)
-    d32 = _as_f32(desc)
+    d32 = ref.as_f32(desc)
     pool = Pool(2)
     eng = Engine(d32, pool, 64, 64, "f32")
     ours = eng.eval(SMOL_IDS, 0, all_logits=True).copy()
@@ -72,7 +45,7 @@ def test_smollm2_f32_logits_match_float64_numpy_reference(smollm2_path: Path) ->
 
 def test_gemma_f32_logits_match_float64_numpy_reference(gemma_path: Path) -> None:
     _f, desc = _load(gemma_path)
-    d32 = _as_f32(desc)
+    d32 = ref.as_f32(desc)
     ids = [2, 818, 5279, 529, 7001, 563]
     eng = Engine(d32, Pool(2), 64, 64, "f32")
     ours = eng.eval(ids, 0, all_logits=True).copy()
@@ -89,7 +62,7 @@ def test_qwen2_f32_logits_match_float64_numpy_reference(qwen_path: Path) -> None
     """qwen2: QKV biases, NeoX RoPE, GQA 14:2, an untied output matrix."""
     _f, desc = _load(qwen_path)
     assert desc.rope_neox and desc.layers[0].bq is not None and desc.output is not None
-    d32 = _as_f32(desc)
+    d32 = ref.as_f32(desc)
     ids = [750, 3974, 6860, 10939, 1648, 198]  # "def quicksort(arr):\n"
     eng = Engine(d32, Pool(2), 64, 64, "f32")
     ours = eng.eval(ids, 0, all_logits=True).copy()
@@ -104,7 +77,7 @@ def test_quantized_logits_stay_close_to_the_reference_of_the_same_weights(smollm
     _f, desc = _load(smollm2_path)
     eng = Engine(desc, Pool(2), 64, 64, "f16")
     ours = eng.eval(SMOL_IDS, 0, all_logits=True).copy()
-    want = ref.forward(_as_f32(desc), SMOL_IDS)
+    want = ref.forward(ref.as_f32(desc), SMOL_IDS)
     # 8-bit activations and an f16 cache, amplified across 30 layers (a 1-ulp change flips roundings
     # of the next layer's quantized activations): measured mean 0.19 / 0.31 and max 1.26 / 1.70 (scalar /
     # avx2 and avx512 kernels, which give the same bits for Q4_1) on 8 x 49152 logits spanning ~30

@@ -6,7 +6,6 @@ Adapters are built in memory (random low-rank A and B); reading adapter files is
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 from pathlib import Path
@@ -20,7 +19,6 @@ from edgellama.gguf.reader import GGUFFile
 from edgellama.native import lora
 from edgellama.native.desc import ModelDesc, TensorRef
 from edgellama.native.engine import Engine, Pool
-from edgellama.native.kernels import dequantize
 from edgellama.wiring import build_desc
 
 try:
@@ -89,27 +87,10 @@ def random_adapter(desc: ModelDesc, layers: list[int], rank: int, alpha: float, 
     return LoraAdapter(Path(f"{name}.gguf"), name, alpha, weights)
 
 
-def _f32(t: TensorRef | None) -> TensorRef | None:
-    if t is None or t.ggml_type == 0:
-        return t
-    w = dequantize(t.data, t.ggml_type, t.ne0 * t.ne1)
-    return TensorRef(w.view(np.uint8), 0, t.ne0, t.ne1)
-
-
 def as_f32(desc: ModelDesc, merged: dict[str, np.ndarray] | None = None) -> ModelDesc:
-    """desc with every weight in F32 (tests/test_engine.py's comparison setup), the merged deltas
-    (float64, rounded once to float32 with the weight) added to the named weights."""
-    d = copy.copy(desc)
-    d.tok_embd = _f32(desc.tok_embd)  # type: ignore[assignment]
-    d.output = _f32(desc.output)
-    d.layers = []
-    for L in desc.layers:
-        L2 = copy.copy(L)
-        for fld in dataclasses.fields(L):
-            v = getattr(L, fld.name)
-            if isinstance(v, TensorRef):
-                setattr(L2, fld.name, _f32(v))
-        d.layers.append(L2)
+    """desc with every weight in F32 (numpy_reference.as_f32), the merged deltas (float64, rounded once
+    to float32 with the weight) added to the named weights."""
+    d = ref.as_f32(desc)
     for name, delta in (merged or {}).items():
         t = _base(d, name)
         w = np.frombuffer(t.data, dtype=np.float32).reshape(t.ne1, t.ne0).astype(np.float64) + delta

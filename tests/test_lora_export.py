@@ -4,8 +4,6 @@ merge; everything else is copied byte for byte; bad adapters are refused as at l
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +20,6 @@ from edgellama.gguf.writer import GGUFWriter
 from edgellama.lora import LoraError
 from edgellama.lora.export import export_lora
 from edgellama.native import kernels
-from edgellama.native.desc import ModelDesc, TensorRef
 from edgellama.native.engine import Engine, Pool
 from edgellama.wiring import build_desc
 
@@ -58,34 +55,10 @@ def numpy_merge(base: ModelFile, adapters: list[tuple[dict, float]], out: Path) 
     return w32
 
 
-def as_f32(desc: ModelDesc) -> ModelDesc:
-    """Every weight dequantized to F32 (as tests/test_engine.py does): the engine then computes with
-    float dots and unquantized activations, close enough to float64 numpy for a tight comparison."""
-
-    def f32(t: TensorRef | None) -> TensorRef | None:
-        if t is None or t.ggml_type == 0:
-            return t
-        return TensorRef(kernels.dequantize(t.data, t.ggml_type, t.ne0 * t.ne1).view(np.uint8), 0, t.ne0, t.ne1)
-
-    d = copy.copy(desc)
-    d.tok_embd = f32(desc.tok_embd)  # type: ignore[assignment]
-    d.output = f32(desc.output)
-    layers = []
-    for L in desc.layers:
-        L2 = copy.copy(L)
-        for fld in dataclasses.fields(L):
-            v = getattr(L, fld.name)
-            if isinstance(v, TensorRef):
-                setattr(L2, fld.name, f32(v))
-        layers.append(L2)
-    d.layers = layers
-    return d
-
-
 def f32_logits(path: Path, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """(engine logits with F32 weights, float64 numpy logits) of the model at path."""
     with GGUFFile(path) as f:
-        d = as_f32(build_desc(f)[1])
+        d = ref.as_f32(build_desc(f)[1])
         eng = Engine(d, Pool(2), 64, 64, "f32")
         ours = eng.eval(ids, 0, all_logits=True).copy()
         want = ref.forward(d, ids)
@@ -157,7 +130,7 @@ def test_exported_model_logits_track_the_numpy_merge(which: str, request: pytest
     ours, _ = f32_logits(f32_out, ids)
     _, base_want = f32_logits(path, ids)
     with GGUFFile(tmp_path / "ref.gguf") as f:
-        want = ref.forward(as_f32(build_desc(f)[1]), ids)
+        want = ref.forward(ref.as_f32(build_desc(f)[1]), ids)
     err = np.abs(ours - want).max()
     shift = np.abs(want - base_want).max()
     print(f"{which}: F32 export (engine, f32) vs float64 merge: max {err:.2e}; adapter shift max {shift:.2f}")
@@ -175,7 +148,7 @@ def test_exported_model_logits_track_the_numpy_merge(which: str, request: pytest
                 assert bytes(t.data) == bytes(kernels.quantize(x, t.ggml_type)), t.name
             else:
                 assert bytes(t.data) == bytes(b.data), t.name
-        q_want = ref.forward(as_f32(build_desc(fq)[1]), ids)
+        q_want = ref.forward(ref.as_f32(build_desc(fq)[1]), ids)
 
     # native numerics (LLM): the export is as close to float64 over its weights as the base model is
     base_llm = LLM(path, n_ctx=64, n_threads=2).eval(ids, all_logits=True).copy()
