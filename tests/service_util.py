@@ -3,7 +3,9 @@ service tests, the soak test and bench/serve.py."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import importlib
 import json
 import os
 import shutil
@@ -13,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Self
 
@@ -165,3 +168,20 @@ class ServerProc:
             self.proc.wait()
         self.errf.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def openai_over_unix_socket(path: str) -> Iterator[Any]:
+    """The real openai SDK talking to the server's UNIX socket through its httpx transport's uds=."""
+    from tests.conftest import skip_or_fail
+
+    try:
+        openai = importlib.import_module("openai")
+    except ImportError:
+        skip_or_fail("the openai package is not installed (pip install openai)")
+    # the httpx the SDK is built on (httpx, or httpx2 in newer releases): its transport takes uds=
+    base = next(c for c in openai.DefaultHttpxClient.__mro__[1:] if c.__name__ == "Client")
+    httpx = importlib.import_module(base.__module__.split(".")[0])
+    with httpx.Client(transport=httpx.HTTPTransport(uds=path)) as http_client:
+        yield openai.OpenAI(base_url="http://localhost/v1", api_key="unused-on-the-unix-socket",
+                            http_client=http_client, max_retries=0)

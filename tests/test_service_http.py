@@ -5,7 +5,6 @@ One SmolLM2 server for the module (it has a chat template); greedy, short genera
 from __future__ import annotations
 
 import http.client
-import importlib
 import json
 import os
 import shutil
@@ -22,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import skip_or_fail
-from tests.service_util import Conn, ServerProc, UnixHTTP, cli_env, text_of
+from tests.service_util import Conn, ServerProc, UnixHTTP, cli_env, openai_over_unix_socket, text_of
 
 KEY = "test-key-19"
 MAX_BODY = 4096  # --max-line: the body limit
@@ -116,19 +115,9 @@ def test_curl_chat_stream_ends_with_done(server: ServerProc) -> None:
 # ---- the openai SDK ----
 
 @pytest.fixture(scope="module")
-def openai_client(server: ServerProc) -> Any:
-    try:
-        openai = importlib.import_module("openai")
-    except ImportError:
-        skip_or_fail("the openai package is not installed (pip install openai)")
-    # the httpx the SDK is built on (httpx, or httpx2 in newer releases): its transport takes uds=
-    base = next(c for c in openai.DefaultHttpxClient.__mro__[1:] if c.__name__ == "Client")
-    httpx = importlib.import_module(base.__module__.split(".")[0])
-    http_client = httpx.Client(transport=httpx.HTTPTransport(uds=server.path))
-    client = openai.OpenAI(base_url="http://localhost/v1", api_key="unused-on-the-unix-socket",
-                           http_client=http_client, max_retries=0)
-    yield client
-    http_client.close()
+def openai_client(server: ServerProc) -> Iterator[Any]:
+    with openai_over_unix_socket(server.path) as client:
+        yield client
 
 
 def test_openai_sdk_chat_completions_and_models(server: ServerProc, openai_client: Any, smollm2_path: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 from edgellama.gguf.reader import GGUFFile
 from tests import lora_util
 from tests.conftest import skip_or_fail
-from tests.service_util import FAST, ServerProc, UnixHTTP, text_of
+from tests.service_util import FAST, ServerProc, UnixHTTP, openai_over_unix_socket, text_of
 
 PROMPT = "The capital of France is"
 CHAT = [{"role": "user", "content": "Name a color."}]
@@ -117,15 +117,8 @@ def test_openai_routes_take_lora(server: ServerProc) -> None:
     status, r = call(server, "POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": N, "temperature": 0,
                                                           "lora": off})
     assert status == 200 and r["choices"][0]["text"] == v1_text(server, prompt=PROMPT, special=True, lora=off)
-    try:
-        openai = importlib.import_module("openai")
-    except ImportError:
-        skip_or_fail("the openai package is not installed (pip install openai)")
-    base = next(c for c in openai.DefaultHttpxClient.__mro__[1:] if c.__name__ == "Client")
-    httpx = importlib.import_module(base.__module__.split(".")[0])
-    with httpx.Client(transport=httpx.HTTPTransport(uds=server.path)) as http_client:
-        client = openai.OpenAI(base_url="http://localhost/v1", api_key="unused", http_client=http_client,
-                               max_retries=0)
+    with openai_over_unix_socket(server.path) as client:
+        openai = importlib.import_module("openai")  # there: openai_over_unix_socket skips the test otherwise
         texts = {}
         for name, lora in (("off", off), ("on", START)):
             r = client.chat.completions.create(model="any", messages=CHAT, max_tokens=N, temperature=0,
