@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_engine import _as_f32, engine_heap_bytes, heap_matches_plan
+from numpy_reference import as_f32
+from test_engine import engine_heap_bytes, heap_matches_plan
 
 from edgellama import memplan
 from edgellama.llm import LLM, ContextFull
@@ -102,7 +103,7 @@ def test_a_shift_equals_evaluating_the_shortened_sequence_afresh(smollm2_path: P
     from edgellama.native.engine import Engine, Pool
 
     with LLM(smollm2_path, n_ctx=64) as llm:
-        d32 = _as_f32(llm.desc)
+        d32 = as_f32(llm.desc)
     d32 = copy.copy(d32)
     d32.layers = d32.layers[:1]
     d32.n_layer = 1

@@ -106,13 +106,14 @@ def test_what_this_order_cannot_reproduce_is_refused(smollm2_path: Path) -> None
     with pytest.raises(ValueError, match="unknown numerics"):
         LLM(smollm2_path, n_ctx=128, n_threads=1, numerics="ggml-arm")
     # weights of a type without a llama.cpp-order kernel (F32 here)
-    from test_engine import _as_f32, _load
+    from numpy_reference import as_f32
+    from test_engine import _load
 
     f, desc = _load(smollm2_path)
     try:
         pool = Pool(1)
         with pytest.raises(ValueError, match="Q5_0, Q8_0"):
-            Engine(_as_f32(desc), pool, 64, 16, "f16", numerics="llamacpp")
+            Engine(as_f32(desc), pool, 64, 16, "f16", numerics="llamacpp")
     finally:
         f.close()
 

@@ -203,7 +203,11 @@ class Engine:
         self._lora_names: dict[int, str] = {}
         self.numerics = "native"
         if numerics != "native":
-            self.set_numerics(numerics)
+            try:
+                self.set_numerics(numerics)
+            except BaseException:
+                self.close()  # the C model holds the pool: free it now, not at garbage collection
+                raise
 
     @property
     def _model(self) -> Any:
