@@ -433,8 +433,10 @@ def test_closing_an_http_stream_cancels_its_generation(server: ServerProc) -> No
 
     n_logged = len(outcomes())
     c = UnixHTTP(server.path)
+    # greedy: this prompt runs past 200 tokens (sampled at llama-server's default temperature, it can end
+    # at once with an end-of-text)
     c.request("POST", "/completion", body=json.dumps({"prompt": "Tell a long story.", "n_predict": 200,
-                                                      "stream": True}))
+                                                      "temperature": 0, "stream": True}))
     r = c.getresponse()
     try:
         assert r.status == 200 and r.readline().startswith(b"data: ")  # generating
