@@ -36,14 +36,13 @@ import importlib.util
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+from vs_llamacpp import Worker, loadavg  # bench/ is the script's folder: sys.path[0]
 
 REPO = Path(__file__).resolve().parent.parent
 LLAMA_SITE = Path.home() / ".cache" / "edgellama" / "llamacpp-x86" / "site"
@@ -209,50 +208,6 @@ def worker_main(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- the parent
 
-class Worker:
-    def __init__(self, engine: str, argv: list[str]) -> None:
-        self.engine = engine
-        self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115  (lives as long as the worker; close())
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", engine, *argv],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                     bufsize=1)
-        self.info: dict[str, Any] = self._recv()["info"]
-
-    def _recv(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait()
-            self.log.seek(0)
-            tail = self.log.read()[-3000:]
-            raise RuntimeError(f"{self.engine} worker exited with {self.proc.returncode}:\n{tail}")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
-
-    def call(self, **cmd: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        return self._recv()
-
-    def close(self) -> None:
-        try:
-            if self.proc.poll() is None:
-                assert self.proc.stdin is not None
-                self.proc.stdin.write('{"op": "quit"}\n')
-                self.proc.stdin.close()
-                self.proc.wait(timeout=60)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            self.log.close()
-
-
-def loadavg() -> list[float]:
-    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
-
-
 def _mean_sd(xs: list[float]) -> tuple[float, float]:
     return statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0
 
@@ -269,7 +224,7 @@ def bench_model(model: Path, args: argparse.Namespace, counts: list[int]) -> dic
     workers: dict[str, Worker] = {}
     try:
         for name in ENGINE_NAMES:
-            workers[name] = Worker(name, argv)
+            workers[name] = Worker(name, argv, Path(__file__).resolve())
         vocab = {w.info["n_vocab"] for w in workers.values()}
         if len(vocab) != 1:
             raise RuntimeError(f"the engines disagree on n_vocab: {vocab}")

@@ -232,15 +232,16 @@ def rss_main(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- the parent
 
 class Worker:
-    def __init__(self, engine: str, model: Path, n_ctx: int, n_batch: int, n_threads: int,
-                 llama_args: list[str]) -> None:
+    """A long-lived `SCRIPT --worker ENGINE ARGV...` process (this file's, or another bench script's with
+    the same protocol): one JSON command per stdin line, one JSON reply per stdout line, its first line
+    {"info": ...}; stderr kept for the error message if it dies."""
+
+    def __init__(self, engine: str, argv: list[str], script: Path) -> None:
         self.engine = engine
         self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115  (lives as long as the worker; close())
-        self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--worker", engine, "-m", str(model),
-             "--ctx", str(n_ctx), "--batch", str(n_batch), "--worker-threads", str(n_threads),
-             *llama_args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1)
+        self.proc = subprocess.Popen([sys.executable, str(script), "--worker", engine, *argv],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                     bufsize=1)
         self.info: dict[str, Any] = self._recv()["info"]
 
     def _recv(self) -> dict[str, Any]:
@@ -292,7 +293,8 @@ def bench_speed(model: Path, threads: int, n_prompt: int, n_gen: int, reps: int,
     workers: dict[str, Worker] = {}
     try:
         for name in names:
-            workers[name] = Worker(name, model, need_ctx, n_batch, threads, llama_args)
+            workers[name] = Worker(name, ["-m", str(model), "--ctx", str(need_ctx), "--batch", str(n_batch),
+                                          "--worker-threads", str(threads), *llama_args], Path(__file__).resolve())
         vocab = {w.info["n_vocab"] for w in workers.values()}
         if len(vocab) != 1:
             raise RuntimeError(f"the engines disagree on n_vocab: {vocab}")
