@@ -51,8 +51,7 @@ except ImportError:  # the reader lands separately: stand-ins with its fields
             return sum(w.a.nbytes + w.b.nbytes for w in self.weights.values())
 
 
-FIELDS = {"attn_q": "wq", "attn_k": "wk", "attn_v": "wv", "attn_output": "wo", "ffn_gate": "w_gate",
-          "ffn_up": "w_up", "ffn_down": "w_down"}
+FIELDS = lora.LAYER_FIELDS  # GGUF name -> LayerDesc field
 SMOL_IDS = [1, 504, 3458, 282, 4649, 314, 2114, 30]
 GEMMA_IDS = [2, 818, 5279, 529, 7001, 563]
 

@@ -167,9 +167,7 @@ def plan_bytes(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_thread
 
 
 # enum el_lora_target -> the LayerDesc field of that weight
-_LORA_FIELDS = {lora.LAYER_TARGETS[k]: f for k, f in (("attn_q", "wq"), ("attn_k", "wk"), ("attn_v", "wv"),
-                                                         ("attn_output", "wo"), ("ffn_gate", "w_gate"),
-                                                         ("ffn_up", "w_up"), ("ffn_down", "w_down"))}
+_LORA_FIELDS = {lora.LAYER_TARGETS[k]: f for k, f in lora.LAYER_FIELDS.items()}
 
 # el_batch_entry as numpy sees it
 BATCH_ENTRY = np.dtype([("seq", np.int32), ("token", np.int32), ("pos", np.int32), ("logits", np.int32)])

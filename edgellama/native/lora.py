@@ -21,6 +21,9 @@ LAYER_TARGETS = {
     "attn_output": int(lib.EL_LORA_WO), "ffn_gate": int(lib.EL_LORA_W_GATE), "ffn_up": int(lib.EL_LORA_W_UP),
     "ffn_down": int(lib.EL_LORA_W_DOWN),
 }
+# the same matrices as fields of edgellama.native.desc.LayerDesc
+LAYER_FIELDS = {"attn_q": "wq", "attn_k": "wk", "attn_v": "wv", "attn_output": "wo", "ffn_gate": "w_gate",
+                "ffn_up": "w_up", "ffn_down": "w_down"}
 OUTPUT = int(lib.EL_LORA_OUTPUT)
 MAX_ADAPTERS = int(lib.EL_MAX_LORA)
 MAX_RANK = int(lib.EL_MAX_LORA_RANK)
