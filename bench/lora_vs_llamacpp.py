@@ -1,11 +1,13 @@
 """LoRA adapters: edgellama beside llama.cpp (llama-cpp-python) on the same base model and adapter.
 
-    python bench/lora_vs_llamacpp.py -m smollm2,gemma -n 64 -r 3 -t 2 [--json FILE]
+    python bench/lora_vs_llamacpp.py -m smollm2,gemma -n 64 -r 3 -t 2 [--dtype F32,F16] [--json FILE]
     python bench/lora_vs_llamacpp.py --make-reference      # writes tests/data/lora_llamacpp.json
 
 Benchmark (default): generation tok/s (tg N: N tokens one at a time from an empty cache, each the
 argmax of the previous logits) of the base model and of the base model with a rank-16 synthetic
-adapter on every attention and FFN matrix, for both engines in one run. Each engine runs in its own
+adapter on every attention and FFN matrix, for both engines in one run; --dtype lists the adapter's
+tensor types to measure (F32: convert_lora_to_gguf.py's default --outtype; F16 halves the bytes an
+adapter adds to every decode step, which is what it costs on a memory-bound board). Each engine runs in its own
 worker process (one per engine and configuration); after a warm-up the repetitions alternate between
 the engines. Reported: each engine's with-adapter / base ratio (issue 23's goal: edgellama >= 0.9)
 and edgellama / llama.cpp with the adapter. A benchmark, not a test: it checks nothing.
@@ -224,13 +226,14 @@ def make_reference(site: str, models: list[str]) -> None:
     print("wrote", OUT)
 
 
-def bench(site: str, models: list[str], n: int, reps: int, threads: int, json_out: str | None) -> None:
+def bench(site: str, models: list[str], dtypes: list[str], n: int, reps: int, threads: int,
+          json_out: str | None) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name in models:
+        for name, dtype in [(m, d) for m in models for d in dtypes]:
             base = model_path(name)
-            adapter = Path(tmp) / f"{name}-r{BENCH_RANK}.gguf"
-            write_synthetic(base, adapter, BENCH_RANK, float(BENCH_RANK), 0.05, 16, REF_ADAPTER["targets"])
+            adapter = Path(tmp) / f"{name}-r{BENCH_RANK}-{dtype}.gguf"
+            write_synthetic(base, adapter, BENCH_RANK, float(BENCH_RANK), 0.05, 16, REF_ADAPTER["targets"], dtype)
             workers = {}
             for eng in ("edgellama", "llama.cpp"):
                 for cfg, lora in (("base", None), ("lora", str(adapter))):
@@ -247,20 +250,21 @@ def bench(site: str, models: list[str], n: int, reps: int, threads: int, json_ou
             for w in workers.values():
                 w.close()
             tps = {f"{e}/{c}": n / statistics.median(v) for (e, c), v in times.items()}
-            row = {"model": name, "n": n, "reps": reps, "threads": threads, "rank": BENCH_RANK, "tok_s": tps,
+            row = {"model": name, "dtype": dtype, "adapter_bytes": adapter.stat().st_size, "n": n, "reps": reps,
+                   "threads": threads, "rank": BENCH_RANK, "tok_s": tps,
                    "edgellama_lora_over_base": tps["edgellama/lora"] / tps["edgellama/base"],
                    "llamacpp_lora_over_base": tps["llama.cpp/lora"] / tps["llama.cpp/base"],
                    "edgellama_over_llamacpp_lora": tps["edgellama/lora"] / tps["llama.cpp/lora"],
                    "edgellama_over_llamacpp_base": tps["edgellama/base"] / tps["llama.cpp/base"]}
             rows.append(row)
     print(f"tg{n}, {threads} threads, rank-{BENCH_RANK} adapter on every attention+FFN matrix, median of {reps}")
-    print(f"{'model':8} {'engine':10} {'base t/s':>9} {'lora t/s':>9} {'lora/base':>9}")
+    print(f"{'model':8} {'adapter':7} {'engine':10} {'base t/s':>9} {'lora t/s':>9} {'lora/base':>9}")
     for row in rows:
         for e in ("edgellama", "llama.cpp"):
             b, lo = row["tok_s"][f"{e}/base"], row["tok_s"][f"{e}/lora"]
-            print(f"{row['model']:8} {e:10} {b:9.2f} {lo:9.2f} {lo / b:9.3f}")
+            print(f"{row['model']:8} {row['dtype']:7} {e:10} {b:9.2f} {lo:9.2f} {lo / b:9.3f}")
         ok = "met" if row["edgellama_lora_over_base"] >= GOAL else "NOT met"
-        print(f"{row['model']:8} edgellama/llama.cpp: base {row['edgellama_over_llamacpp_base']:.3f}, "
+        print(f"{row['model']:8} {row['dtype']:7} edgellama/llama.cpp: base {row['edgellama_over_llamacpp_base']:.3f}, "
               f"with adapter {row['edgellama_over_llamacpp_lora']:.3f}; goal lora/base >= {GOAL}: {ok}")
     if json_out:
         Path(json_out).write_text(json.dumps(rows, indent=1) + "\n")
@@ -272,6 +276,7 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("-r", type=int, default=3)
     ap.add_argument("-t", type=int, default=2)
+    ap.add_argument("--dtype", default="F32,F16", help="adapter tensor types, comma-separated (F32, F16)")
     ap.add_argument("--json")
     ap.add_argument("--make-reference", action="store_true")
     ap.add_argument("--llama-cpp-site", default=str(LLAMA_SITE))
@@ -284,7 +289,7 @@ def main() -> None:
     if a.make_reference:
         make_reference(a.llama_cpp_site, models)
     else:
-        bench(a.llama_cpp_site, models, a.n, a.r, a.t, a.json)
+        bench(a.llama_cpp_site, models, a.dtype.split(","), a.n, a.r, a.t, a.json)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
  * Each ISA's table is filled once, aside, and never written again; the active one is a pointer
  * swapped atomically, so a thread reading the table while another calls el_isa_set sees either the
  * old table or the new one, never a half-filled one. */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -199,6 +200,22 @@ void el_axpy_f32_scalar(size_t n, float alpha, const float *x, float *y) {
     for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
+void el_vecmat_f32_scalar(size_t rank, size_t m, const float *t, const float *b, size_t ld, float *d) {
+    for (size_t o = 0; o < m; o++) {
+        float s = 0.0f;
+        for (size_t k = 0; k < rank; k++) s = fmaf(t[k], b[k * ld + o], s);
+        d[o] = s;
+    }
+}
+
+void el_vecmat_f16_scalar(size_t rank, size_t m, const float *t, const el_half *b, size_t ld, float *d) {
+    for (size_t o = 0; o < m; o++) {
+        float s = 0.0f;
+        for (size_t k = 0; k < rank; k++) s = fmaf(t[k], el_fp16_to_fp32(b[k * ld + o]), s);
+        d[o] = s;
+    }
+}
+
 void el_round_f16_scalar(size_t n, const float *x, float *y) {
     for (size_t i = 0; i < n; i++) y[i] = el_fp16_to_fp32(el_fp32_to_fp16(x[i]));
 }
@@ -233,6 +250,8 @@ void el_kernels_fill_scalar(el_kernels *k) {
     k->attn_qk_f16 = el_attn_qk_f16_scalar;
     k->attn_pv_f16 = el_attn_pv_f16_scalar;
     k->round_f16 = el_round_f16_scalar;
+    k->vecmat_f32 = el_vecmat_f32_scalar;
+    k->vecmat_f16 = el_vecmat_f16_scalar;
 }
 
 /* Builds without an ISA's file still link: the filler is a no-op there. */

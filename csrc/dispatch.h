@@ -50,6 +50,11 @@ typedef struct el_kernels {
     void (*round_f16)(size_t n, const float *x, float *y); /* y = x rounded to f16 (nearest even), exact */
     /* the llama.cpp numerics' kernels of this ISA (llamacpp_exact.h), switched with the ISA */
     const struct el_llx_kernels *llx;
+    /* d[o] = sum over k < rank of t[k] * b[k * ld + o], for o < m: per output one chain of fused
+     * multiply-adds from 0, k ascending, on every ISA (the same bits everywhere; F16 b widened
+     * exactly, so it gives the bits of its values as F32). A LoRA term's B t, from B^T (lora.c). */
+    void (*vecmat_f32)(size_t rank, size_t m, const float *t, const float *b, size_t ld, float *d);
+    void (*vecmat_f16)(size_t rank, size_t m, const float *t, const el_half *b, size_t ld, float *d);
 } el_kernels;
 
 /* The active table (initialised on first use, best ISA unless EDGELLAMA_ISA says otherwise). */
@@ -73,6 +78,8 @@ float el_dot_f32_scalar(size_t n, const float *a, const float *b);
 float el_dot_f32_f16_scalar(size_t n, const float *a, const el_half *b);
 void el_axpy_f16_scalar(size_t n, float alpha, const el_half *x, float *y);
 void el_axpy_f32_scalar(size_t n, float alpha, const float *x, float *y);
+void el_vecmat_f32_scalar(size_t rank, size_t m, const float *t, const float *b, size_t ld, float *d);
+void el_vecmat_f16_scalar(size_t rank, size_t m, const float *t, const el_half *b, size_t ld, float *d);
 void el_round_f16_scalar(size_t n, const float *x, float *y);
 void el_attn_qk_f16_scalar(size_t hd, size_t g, const float *q, const void *k, size_t stride, const int32_t *idx,
                            size_t n, float *s);

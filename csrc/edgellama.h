@@ -230,15 +230,16 @@ EL_API int el_model_seq_state_load(el_model *model, int32_t seq, const void *buf
 
 /* ---- LoRA adapters: y = W x + scale * B (A x) on a model's matmul weights ----
  * An adapter (index 0..EL_MAX_LORA-1) is a set of terms, one per weight it changes: A (rank x n_in
- * floats, row-major) and B (n_out x rank), for weight W of n_in columns and n_out rows. The floats are
- * the caller's and must stay valid and unchanged until el_model_lora_clear or el_model_free (the
- * weights of the model are never touched). Every term is applied to the rows of a pass after its base
- * matmul, adapters in index order, each with s = the term's factor * the adapter's scale for the
- * row's sequence: a scale of 0 (every scale starts at 0) skips the adapter, so those rows have the
- * base model's bits. A GGUF adapter's term has factor alpha / rank (rank: that weight's; 1 without
- * alpha) and the scale is the user's (llama.cpp's --lora-scaled). Order of the float operations in
- * both numerics modes: y = W x (the mode's matmul), then per adapter t = A x, d = B t (F32 dots),
- * y = y + s * d (llama.cpp's graph steps; the dots are this library's).
+ * values, row-major) and B transposed, bt (rank x n_out, row-major: B^T[k][o] = B[o][k]), for weight
+ * W of n_in columns and n_out rows. The values are the caller's and must stay valid and unchanged
+ * until el_model_lora_clear or el_model_free (the weights of the model are never touched). Every term
+ * is applied to the rows of a pass after its base matmul, adapters in index order, each with s = the
+ * term's factor * the adapter's scale for the row's sequence: a scale of 0 (every scale starts at 0)
+ * skips the adapter, so those rows have the base model's bits. A GGUF adapter's term has factor
+ * alpha / rank (rank: that weight's; 1 without alpha) and the scale is the user's (llama.cpp's
+ * --lora-scaled). Order of the float operations in both numerics modes: y = W x (the mode's matmul),
+ * then per adapter t = A x (F32 dots), d = B t (per output, multiply-adds over k ascending),
+ * y = y + s * d (llama.cpp's graph steps; the kernels are this library's).
  * Per row the result does not depend on the other rows of the batch. */
 enum el_lora_target { EL_LORA_WQ = 0, EL_LORA_WK = 1, EL_LORA_WV = 2, EL_LORA_WO = 3, EL_LORA_W_GATE = 4,
                       EL_LORA_W_UP = 5, EL_LORA_W_DOWN = 6, EL_LORA_OUTPUT = 7 /* layer ignored */ };
@@ -248,7 +249,14 @@ enum { EL_MAX_LORA = 64, EL_MAX_LORA_RANK = 8192 };
  * one adapter on one weight;
  * EL_ENOMEM when the scratch for a new largest rank (el_model_lora_bytes) cannot be allocated. */
 EL_API int el_model_lora_attach(el_model *model, int32_t adapter, int32_t layer, int target, const float *a,
-                                const float *b, int32_t rank, int64_t n_in, int64_t n_out, float factor);
+                                const float *bt, int32_t rank, int64_t n_in, int64_t n_out, float factor);
+/* the same with A and B^T stored as a_type / b_type: EL_TYPE_F32 or EL_TYPE_F16 (any other: EL_EINVAL).
+ * Halves are kept as they are (half the bytes read per pass, the cost of an adapter in decode) and
+ * widened exactly inside dots that sum in the F32 dots' order: an F16 term gives the bits of the same
+ * values stored as F32. */
+EL_API int el_model_lora_attach_typed(el_model *model, int32_t adapter, int32_t layer, int target, int a_type,
+                                      const void *a, int b_type, const void *bt, int32_t rank, int64_t n_in,
+                                      int64_t n_out, float factor);
 /* adapter's scale for sequence seq (-1: every sequence); finite, else EL_EINVAL */
 EL_API int el_model_lora_scale(el_model *model, int32_t adapter, int32_t seq, float scale);
 /* detaches every adapter (scales back to 0) and frees their scratch */

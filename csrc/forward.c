@@ -33,16 +33,20 @@ static mm_input quantize_input(el_model *m, const float *x, size_t n, const el_t
     return in;
 }
 
-/* y = w in (+ the LoRA terms on weight slot `slot`): in was quantized for w's kind by quantize_input */
-static void mm(el_model *m, const el_tensor *w, const mm_input *in, float *y, int32_t slot) {
+/* y = w in: in was quantized for w's kind by quantize_input */
+static void mm(el_model *m, const el_tensor *w, const mm_input *in, float *y) {
     const int kind = el_act_kind(w->type);
     const void *act = kind == ACT_F32 ? (const void *)in->x : in->act[kind];
     m->ops->matmul(m->pool, w->type, w->data, (size_t)w->ne1, (size_t)w->ne0, act, in->n, y, (size_t)w->ne1);
-    if (m->lora_block) el_lora_mm(m, slot, in->x, in->n, y, (size_t)w->ne1);
 }
 
-/* the LoRA slot of layer il's target k (lora.h) */
-static int32_t slot_of(int32_t il, int k) { return il * EL_LORA_LAYER_TARGETS + k; }
+/* the LoRA terms of layer il's targets ks[0..n) (weights that read in) into ys, after their matmuls */
+static void lora(el_model *m, int32_t il, const int *ks, size_t nk, const mm_input *in, float *const *ys) {
+    if (!m->lora_block) return;
+    int32_t slots[EL_LORA_GROUP];
+    for (size_t i = 0; i < nk; i++) slots[i] = il * EL_LORA_LAYER_TARGETS + ks[i];
+    el_lora_mm(m, slots, nk, in->x, in->n, ys);
+}
 
 static void norm_rows(float *out, const float *x, const el_tensor *w, size_t n, size_t dim, float eps) {
     for (size_t i = 0; i < n; i++) el_rmsnorm(out + i * dim, x + i * dim, (const float *)w->data, dim, eps);
@@ -140,9 +144,10 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
         norm_rows(m->xn, m->x, &L->attn_norm, n, E, d->norm_eps);
         const el_tensor *qkv[3] = {&L->wq, &L->wk, &L->wv};
         const mm_input xn = quantize_input(m, m->xn, n, qkv, 3);
-        mm(m, &L->wq, &xn, m->q, slot_of(il, EL_LORA_WQ));
-        mm(m, &L->wk, &xn, m->k, slot_of(il, EL_LORA_WK));
-        mm(m, &L->wv, &xn, m->v, slot_of(il, EL_LORA_WV));
+        mm(m, &L->wq, &xn, m->q);
+        mm(m, &L->wk, &xn, m->k);
+        mm(m, &L->wv, &xn, m->v);
+        lora(m, il, (const int[]){EL_LORA_WQ, EL_LORA_WK, EL_LORA_WV}, 3, &xn, (float *const[]){m->q, m->k, m->v});
         add_bias(m->q, &L->bq, n, QD);
         add_bias(m->k, &L->bk, n, KVD);
         add_bias(m->v, &L->bv, n, KVD);
@@ -174,7 +179,8 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
             for (size_t i = 0; i < na; i++) m->ops->attention(m, caches[i], &args[i]);
         const el_tensor *wo = &L->wo;
         const mm_input att = quantize_input(m, m->att, n, &wo, 1);
-        mm(m, wo, &att, m->o, slot_of(il, EL_LORA_WO));
+        mm(m, wo, &att, m->o);
+        lora(m, il, (const int[]){EL_LORA_WO}, 1, &att, &m->o);
         /* past the last attention only the rows whose logits are wanted matter; llama.cpp drops the
          * others here too, so the rest of the layer runs on the same batch sizes as there */
         size_t nr = n;
@@ -194,11 +200,13 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
         norm_rows(m->xn, m->x, &L->ffn_norm, nr, E, d->norm_eps);
         const el_tensor *gate_up[2] = {&L->w_gate, &L->w_up}, *down = &L->w_down;
         const mm_input xf = quantize_input(m, m->xn, nr, gate_up, 2);
-        mm(m, &L->w_gate, &xf, m->g, slot_of(il, EL_LORA_W_GATE));
-        mm(m, &L->w_up, &xf, m->u, slot_of(il, EL_LORA_W_UP));
+        mm(m, &L->w_gate, &xf, m->g);
+        mm(m, &L->w_up, &xf, m->u);
+        lora(m, il, (const int[]){EL_LORA_W_GATE, EL_LORA_W_UP}, 2, &xf, (float *const[]){m->g, m->u});
         glu(m, nr, F);
         const mm_input gu = quantize_input(m, m->g, nr, &down, 1);
-        mm(m, down, &gu, m->o, slot_of(il, EL_LORA_W_DOWN));
+        mm(m, down, &gu, m->o);
+        lora(m, il, (const int[]){EL_LORA_W_DOWN}, 1, &gu, &m->o);
         if (L->ffn_post_norm.data) norm_rows(m->o, m->o, &L->ffn_post_norm, nr, E, d->norm_eps);
         el_add(m->x, m->x, m->o, nr * E);
     }
@@ -214,7 +222,11 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
             if (rank[i] >= 0) m->lora_seq[rank[i]] = batch[i].seq;
     const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
     const mm_input xo = quantize_input(m, m->xn, n_want, &out, 1);
-    mm(m, out, &xo, logits, d->n_layer * EL_LORA_LAYER_TARGETS);
+    mm(m, out, &xo, logits);
+    if (m->lora_block) {
+        const int32_t head = d->n_layer * EL_LORA_LAYER_TARGETS;
+        el_lora_mm(m, &head, 1, xo.x, xo.n, &logits);
+    }
     return EL_OK;
 }
 

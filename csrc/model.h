@@ -83,8 +83,8 @@ struct el_model {
     void *lora_block;                /* scratch for the largest rank attached (counted in scratch_bytes) */
     size_t lora_bytes;
     int32_t lora_rank_cap;
-    float *lora_t;                   /* n_batch x lora_rank_cap: t = x A^T */
-    float *lora_rs;                  /* n_batch: each row's scale for the term being applied */
+    float *lora_t;                   /* EL_LORA_GROUP x n_batch x lora_rank_cap: t = x A^T per term of a group */
+    float *lora_rs;                  /* EL_LORA_GROUP x n_batch: each row's scale per term of a group */
     int32_t *lora_seq;               /* n_batch: the sequence of each row of the current matmul input */
 };
 

@@ -293,6 +293,30 @@ def test_refusals(smollm2_path: Path) -> None:
     assert eng.lora_names == {}
 
 
+@pytest.mark.parametrize("model", ["smollm2", "gemma"])
+def test_f16_adapter_is_read_as_halves_with_the_bits_of_its_f32_values(model: str,
+                                                                       request: pytest.FixtureRequest) -> None:
+    """An adapter held as float16 (how the reader keeps F16 files) is attached as halves and gives,
+    prompt and decode steps alike, the bits of the same values widened to float32; the plan counts
+    2 bytes a value."""
+    desc = _load(request.getfixturevalue(f"{model}_path"))
+    ids = SMOL_IDS if model == "smollm2" else GEMMA_IDS
+    ad = random_adapter(desc, list(range(desc.n_layer)), 16, 16.0, 7)
+    half = LoraAdapter(Path("h.gguf"), "half", ad.alpha,
+                       {n: LoraWeight(w.a.astype(np.float16), w.b.astype(np.float16)) for n, w in ad.weights.items()})
+    wide = LoraAdapter(Path("w.gguf"), "wide", ad.alpha,
+                       {n: LoraWeight(w.a.astype(np.float32), w.b.astype(np.float32)) for n, w in half.weights.items()})
+    assert half.nbytes * 2 == wide.nbytes
+    runs = []
+    for a in (half, wide):
+        eng = engine_with(desc, [(a, 1.0)])
+        prompt = eng.eval(ids, 0, all_logits=True)
+        steps = [eng.eval([t], len(ids) + i) for i, t in enumerate(ids[:4])]  # one row a pass: the matvec path
+        runs.append((prompt, np.stack(steps)))
+    assert np.array_equal(runs[0][0], runs[1][0]) and np.array_equal(runs[0][1], runs[1][1])
+    assert np.abs(runs[0][0] - engine_with(desc, []).eval(ids, 0, all_logits=True)).max() > 0.05
+
+
 def test_plan_counts_adapters_and_scratch(smollm2_path: Path) -> None:
     from edgellama.memplan import make_plan
 

@@ -88,12 +88,17 @@ def test_round_trip_per_dtype(base: ModelFile, tmp_path: Path, dtype: str) -> No
         w = ad.weights[name]
         assert isinstance(w, LoraWeight) and w.rank == 32
         for got, want in ((w.a, a), (w.b, b)):
-            assert got.dtype == np.float32 and got.flags.c_contiguous and got.shape == want.shape
+            # F16 is kept as halves (what the engine reads), the other types widened to float32
+            held = np.float16 if dtype == "F16" else np.float32
+            assert got.dtype == held and got.shape == want.shape
+            # A row-major; B the transpose of a row-major [rank, n_out] (what the engine reads, uncopied)
+            assert got.flags.c_contiguous if got is w.a else got.T.flags.c_contiguous
             np.testing.assert_array_equal(got, expected_decode(want, dtype))
             # the stated precision of each type, against the values written
             err = np.abs(got - want).max() / np.abs(want).max()
             assert err <= {"F32": 0, "F16": 1e-3, "BF16": 8e-3, "Q8_0": 8e-3}[dtype]
-    assert ad.nbytes == sum(4 * (a.size + b.size) for a, b in pairs.values())
+    item = 2 if dtype == "F16" else 4
+    assert ad.nbytes == sum(item * (a.size + b.size) for a, b in pairs.values())
 
 
 def test_q8_0_adapter_of_small_rank_keeps_lora_b_in_f16(base: ModelFile, tmp_path: Path) -> None:
@@ -110,6 +115,7 @@ def test_q8_0_adapter_of_small_rank_keeps_lora_b_in_f16(base: ModelFile, tmp_pat
     for name, (a, b) in pairs.items():
         np.testing.assert_array_equal(ad.weights[name].a, expected_decode(a, "Q8_0"))
         np.testing.assert_array_equal(ad.weights[name].b, expected_decode(b, "F16"))
+        assert ad.weights[name].a.dtype == np.float32 and ad.weights[name].b.dtype == np.float16
 
 
 def test_scale_is_user_scale_times_alpha_over_rank(base: ModelFile, tmp_path: Path) -> None:

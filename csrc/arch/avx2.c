@@ -6,6 +6,7 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "avx2_common.h"
@@ -77,6 +78,40 @@ EL_AVX2 static void axpy_f32_avx2(size_t n, float alpha, const float *x, float *
         _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += alpha * x[i];
 }
+
+/* d = t B for m outputs (dispatch.h): 32 outputs in four registers while k runs, then 8, then one;
+ * the tail's scalar fmaf is the same fused step as a lane's. */
+#define EL_VECMAT(NAME, T, LOAD8, TO_F32)                                                          \
+    EL_AVX2 static void NAME(size_t rank, size_t m, const float *t, const T *b, size_t ld, float *d) { \
+        size_t o = 0;                                                                              \
+        for (; o + 32 <= m; o += 32) {                                                             \
+            __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                            \
+            for (size_t k = 0; k < rank; k++) {                                                    \
+                const __m256 tk = _mm256_set1_ps(t[k]);                                            \
+                const T *bk = b + k * ld + o;                                                      \
+                s0 = _mm256_fmadd_ps(tk, LOAD8(bk), s0);                                           \
+                s1 = _mm256_fmadd_ps(tk, LOAD8(bk + 8), s1);                                       \
+                s2 = _mm256_fmadd_ps(tk, LOAD8(bk + 16), s2);                                      \
+                s3 = _mm256_fmadd_ps(tk, LOAD8(bk + 24), s3);                                      \
+            }                                                                                      \
+            _mm256_storeu_ps(d + o, s0), _mm256_storeu_ps(d + o + 8, s1);                          \
+            _mm256_storeu_ps(d + o + 16, s2), _mm256_storeu_ps(d + o + 24, s3);                    \
+        }                                                                                          \
+        for (; o + 8 <= m; o += 8) {                                                               \
+            __m256 s0 = _mm256_setzero_ps();                                                       \
+            for (size_t k = 0; k < rank; k++) s0 = _mm256_fmadd_ps(_mm256_set1_ps(t[k]), LOAD8(b + k * ld + o), s0); \
+            _mm256_storeu_ps(d + o, s0);                                                           \
+        }                                                                                          \
+        for (; o < m; o++) {                                                                       \
+            float s = 0.0f;                                                                        \
+            for (size_t k = 0; k < rank; k++) s = fmaf(t[k], TO_F32(b[k * ld + o]), s);            \
+            d[o] = s;                                                                              \
+        }                                                                                          \
+    }
+
+static inline float f32_id(float x) { return x; }
+EL_VECMAT(vecmat_f32_avx2, float, _mm256_loadu_ps, f32_id)
+EL_VECMAT(vecmat_f16_avx2, el_half, load_f16x8, _cvtsh_ss)
 
 /* Float weight rows as vec_dot entries. GGUF rows may sit at any byte offset: every load is loadu,
  * and the scalar tails go through memcpy. */
@@ -492,6 +527,8 @@ void el_kernels_fill_avx2(el_kernels *k) {
     k->dot_f32_f16 = dot_f32_f16_avx2;
     k->axpy_f16 = axpy_f16_avx2;
     k->axpy_f32 = axpy_f32_avx2;
+    k->vecmat_f32 = vecmat_f32_avx2;
+    k->vecmat_f16 = vecmat_f16_avx2;
     el_kernels_fill_avx2_kquants(k);
 }
 #endif

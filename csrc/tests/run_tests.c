@@ -430,6 +430,36 @@ static void test_float_kernels(rng_t *r) {
         free(y1);
         free(yr);
     }
+    /* vecmat (LoRA's B t from B^T): every ISA bit-exact with the scalar fmaf chain, F32 and F16, odd
+     * widths and ranks, a row stride beyond the width; an F16 B gives the bits of its values as F32 */
+    static const size_t vm[][3] = {{1, 1, 1}, {16, 64, 64}, {3, 37, 40}, {64, 8, 200}, {5, 33, 33}, {2, 100, 131}};
+    for (size_t vi = 0; vi < sizeof vm / sizeof vm[0]; vi++) {
+        const size_t rk = vm[vi][0], m = vm[vi][1], ld = vm[vi][2];
+        float *t = xmalloc(rk * sizeof(float)), *bf = xmalloc(rk * ld * sizeof(float));
+        el_half *bh = xmalloc(rk * ld * sizeof(el_half));
+        float *ref = xmalloc(m * sizeof(float)), *refh = xmalloc(m * sizeof(float)), *got = xmalloc(m * sizeof(float));
+        rng_floats(r, t, rk, 1.0f);
+        for (size_t i = 0; i < rk * ld; i++) bh[i] = rng_half(r, -6, 1), bf[i] = el_fp16_to_fp32(bh[i]);
+        el_vecmat_f32_scalar(rk, m, t, bf, ld, ref);
+        el_vecmat_f16_scalar(rk, m, t, bh, ld, refh);
+        check(!memcmp(ref, refh, m * sizeof(float)), "vecmat_f16 rank %zu m %zu: not the bits of F32", rk, m);
+        int tol_ok = 1;
+        for (size_t o = 0; o < m; o++) {
+            double e = 0, mag = 0;
+            for (size_t k = 0; k < rk; k++) e += (double)t[k] * bf[k * ld + o], mag += fabs((double)t[k] * bf[k * ld + o]);
+            tol_ok &= fabs(ref[o] - e) <= 0x1p-24 * (double)(rk + 1) * mag + 1e-38;
+        }
+        check(tol_ok, "vecmat rank %zu m %zu: off the double sum", rk, m);
+        for (int k = 0; k < g_n_isas; k++) {
+            use_isa(g_isas[k]);
+            el_kern()->vecmat_f32(rk, m, t, bf, ld, got);
+            check(!memcmp(got, ref, m * sizeof(float)), "vecmat_f32 rank %zu m %zu isa=%s differs", rk, m, g_isas[k]);
+            el_kern()->vecmat_f16(rk, m, t, bh, ld, got);
+            check(!memcmp(got, ref, m * sizeof(float)), "vecmat_f16 rank %zu m %zu isa=%s differs", rk, m, g_isas[k]);
+        }
+        free(t), free(bf), free(bh), free(ref), free(refh), free(got);
+    }
+    use_isa(g_auto_isa);
     /* round_f16 (q of an F16 cache): bit-exact with the scalar conversion, random bit patterns of
      * every exponent (overflow, subnormals, ties) plus the special values; NaN stays NaN */
     enum { NR = 4099 };
@@ -2009,9 +2039,10 @@ static void test_sequences(rng_t *r) {
 
 /* ------------------------------------------------------------------ LoRA */
 
-/* el_lora_apply against a double reference: y0 + s * B (A x). Tolerance: the float dots of n_in and
- * rank terms and the final multiply-add each lose at most their length times 2^-24 of the sum of the
- * absolute terms: (n_in + rank + 2) * 2^-24 * (|y0| + |s| * sum_k |b_ok| sum_c |a_kc x_c|). Rows with
+/* el_lora_apply against a double reference: y0 + s * B (A x), B passed transposed (b[k * no + o]).
+ * Tolerance: the float dots of n_in and rank terms and the final multiply-add each lose at most their
+ * length times 2^-24 of the sum of the absolute terms:
+ * (n_in + rank + 2) * 2^-24 * (|y0| + |s| * sum_k |b_ok| sum_c |a_kc x_c|). Rows with
  * scale 0 keep y0's bits; 1, 2 and 3 threads and each row alone give the same bits. */
 static void test_lora(rng_t *r) {
     static const size_t shapes[][4] = {/* n rows, n_in, rank, n_out */
@@ -2029,7 +2060,7 @@ static void test_lora(rng_t *r) {
         int bad = 0, moved = 0, zero_kept = 1;
         for (int nt = 1; nt <= 3; nt++) {
             memcpy(y, y0, n * no * sizeof(float));
-            el_lora_apply(pool_of(nt), x, n, ni, a, b, rk, no, s, t, y, no);
+            el_lora_apply(pool_of(nt), x, n, ni, EL_TYPE_F32, a, EL_TYPE_F32, b, rk, no, s, t, y, no);
             if (nt == 1) {
                 memcpy(y1, y, n * no * sizeof(float));
                 for (size_t v = 0; v < n; v++)
@@ -2041,8 +2072,8 @@ static void test_lora(rng_t *r) {
                                 tk += (double)a[k * ni + c] * x[v * ni + c];
                                 tm += fabs((double)a[k * ni + c] * x[v * ni + c]);
                             }
-                            acc += tk * b[o * rk + k];
-                            mag += tm * fabs((double)b[o * rk + k]);
+                            acc += tk * b[k * no + o];
+                            mag += tm * fabs((double)b[k * no + o]);
                         }
                         const double ref = (double)y0[v * no + o] + (double)s[v] * acc;
                         const double tol = (double)(ni + rk + 2) * 0x1p-24 * (fabs((double)y0[v * no + o]) +
@@ -2061,9 +2092,33 @@ static void test_lora(rng_t *r) {
         check(moved > 0, "lora rank %zu: no output moved", rk);
         for (size_t v = 0; v < n; v++) { /* each row alone: the bits it has in the batch */
             memcpy(y, y0 + v * no, no * sizeof(float));
-            el_lora_apply(pool_of(2), x + v * ni, 1, ni, a, b, rk, no, s + v, t, y, no);
+            el_lora_apply(pool_of(2), x + v * ni, 1, ni, EL_TYPE_F32, a, EL_TYPE_F32, b, rk, no, s + v, t, y, no);
             check(!memcmp(y, y1 + v * no, no * sizeof(float)), "lora rank %zu: row %zu alone differs", rk, v);
         }
+        /* F16 storage: A and B rounded to halves, kept as halves, against the same values widened to F32
+         * (A, B or both as halves, 1-3 threads, the batch and each row alone): the same bits */
+        el_half *ah = xmalloc(rk * ni * sizeof(el_half)), *bh = xmalloc(no * rk * sizeof(el_half));
+        for (size_t i = 0; i < rk * ni; i++) ah[i] = el_fp32_to_fp16(a[i]), a[i] = el_fp16_to_fp32(ah[i]);
+        for (size_t i = 0; i < no * rk; i++) bh[i] = el_fp32_to_fp16(b[i]), b[i] = el_fp16_to_fp32(bh[i]);
+        memcpy(y1, y0, n * no * sizeof(float));
+        el_lora_apply(pool_of(1), x, n, ni, EL_TYPE_F32, a, EL_TYPE_F32, b, rk, no, s, t, y1, no);
+        int f16_same = 1;
+        for (int mix = 1; mix <= 3; mix++) {
+            const int at = mix & 1 ? EL_TYPE_F16 : EL_TYPE_F32, bt = mix & 2 ? EL_TYPE_F16 : EL_TYPE_F32;
+            const void *pa = mix & 1 ? (const void *)ah : a, *pb = mix & 2 ? (const void *)bh : b;
+            for (int nt = 1; nt <= 3; nt++) {
+                memcpy(y, y0, n * no * sizeof(float));
+                el_lora_apply(pool_of(nt), x, n, ni, at, pa, bt, pb, rk, no, s, t, y, no);
+                f16_same &= !memcmp(y, y1, n * no * sizeof(float));
+            }
+            for (size_t v = 0; v < n; v++) {
+                memcpy(y, y0 + v * no, no * sizeof(float));
+                el_lora_apply(pool_of(2), x + v * ni, 1, ni, at, pa, bt, pb, rk, no, s + v, t, y, no);
+                f16_same &= !memcmp(y, y1 + v * no, no * sizeof(float));
+            }
+        }
+        check(f16_same, "lora n=%zu %zux%zu rank %zu: F16 storage differs from its values as F32", n, ni, no, rk);
+        free(ah), free(bh);
         free(x), free(a), free(b), free(y0), free(y), free(y1), free(t), free(s);
     }
 
@@ -2090,6 +2145,12 @@ static void test_lora(rng_t *r) {
     check(el_model_lora_attach(m, 0, 0, EL_LORA_WQ, a, b, 0, 64, 64, 1.0f) == EL_EINVAL, "lora: rank 0");
     check(el_model_lora_attach(m, 0, 0, EL_LORA_WQ, a, b, EL_MAX_LORA_RANK + 1, 64, 64, 1.0f) == EL_EINVAL, "lora: rank");
     check(el_model_lora_attach(m, 0, 0, EL_LORA_OUTPUT, a, b, rk, 64, 64, 1.0f) == EL_EINVAL, "lora: output rows");
+    check(el_model_lora_attach_typed(m, 0, 0, EL_LORA_WQ, EL_TYPE_BF16, a, EL_TYPE_F32, b, rk, 64, 64, 1.0f) ==
+              EL_EINVAL, "lora: BF16 A");
+    check(el_model_lora_attach_typed(m, 0, 0, EL_LORA_WQ, EL_TYPE_F32, a, EL_TYPE_Q8_0, b, rk, 64, 64, 1.0f) ==
+              EL_EINVAL, "lora: Q8_0 B");
+    check(el_model_lora_attach_typed(m, 0, 0, EL_LORA_WQ, -1, a, EL_TYPE_F32, b, rk, 64, 64, 1.0f) == EL_EINVAL,
+          "lora: type -1");
     check(el_model_lora_scale(m, 0, 2, 1.0f) == EL_EINVAL, "lora: scale of seq 2");
     check(el_model_lora_scale(m, 0, 0, NAN) == EL_EINVAL, "lora: NaN scale");
     check(el_model_lora_scale(m, EL_MAX_LORA, 0, 1.0f) == EL_EINVAL, "lora: scale of adapter max");

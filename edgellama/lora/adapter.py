@@ -1,5 +1,7 @@
 """Reads a GGUF LoRA adapter as llama.cpp's convert_lora_to_gguf.py writes it and checks it against
-the base model it is meant for; the low-rank matrices come back as float32 (adapters are small).
+the base model it is meant for; the low-rank matrices come back as float16 where the file stores F16
+(kept as halves: the engine reads them as they are, half the bytes per pass) and as float32 otherwise
+(BF16 and Q8_0 widened; adapters are small).
 
 The layout: general.type "adapter", adapter.type "lora", adapter.lora.alpha (f32), and per adapted
 base tensor W (GGUF ne = [n_in, n_out]) a pair ``W.lora_a`` (ne = [n_in, rank]) and ``W.lora_b``
@@ -12,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -44,8 +47,10 @@ class LoraError(ValueError):
 class LoraWeight:
     """The pair for one base tensor, numpy (row-major) order: y += scale * b @ (a @ x)."""
 
-    a: npt.NDArray[np.float32]  # [rank, n_in]  (GGUF lora_a: ne = [n_in, rank])
-    b: npt.NDArray[np.float32]  # [n_out, rank] (GGUF lora_b: ne = [rank, n_out])
+    a: npt.NDArray[np.floating[Any]]  # [rank, n_in]  (GGUF lora_a: ne = [n_in, rank]); float16 or float32
+    # [n_out, rank] (GGUF lora_b: ne = [rank, n_out]); likewise. From the reader it is the transpose of a
+    # C-contiguous [rank, n_out] array: the layout the engine reads (csrc/lora.c), handed over uncopied.
+    b: npt.NDArray[np.floating[Any]]
 
     @property
     def rank(self) -> int:
@@ -71,13 +76,14 @@ class LoraAdapter:
 
     @property
     def nbytes(self) -> int:
-        """float32 bytes held (what the memory plan counts)."""
+        """Bytes of the arrays held (what the memory plan counts)."""
         return sum(w.a.nbytes + w.b.nbytes for w in self.weights.values())
 
 
 def read_adapter(path: str | Path, base: ModelFile) -> LoraAdapter:
     """Read the adapter at path and check it against base (the opened base model, a single file or a
-    split set); every tensor is dequantized to float32 and the file is closed again."""
+    split set); F16 tensors are copied as float16, the others dequantized to float32, and the file is
+    closed again."""
     path = Path(path)
     try:
         f = GGUFFile(path)
@@ -184,15 +190,18 @@ def _load_pair(f: GGUFFile, name: str, ta: GGUFTensor, tb: GGUFTensor, base: Mod
         raise LoraError(f"{p}: tensor {name!r}: lora_a rank {rank_a} differs from lora_b rank {rank_b} "
                         "(lora_a must be [n_in, rank], lora_b [rank, n_out])")
     a = _floats(f, ta).reshape(rank_a, n_in)
-    b = _floats(f, tb).reshape(n_out, rank_b)
-    return LoraWeight(a=a, b=b)
+    bt = np.ascontiguousarray(_floats(f, tb).reshape(n_out, rank_b).T)
+    return LoraWeight(a=a, b=bt.T)
 
 
-def _floats(f: GGUFFile, t: GGUFTensor) -> npt.NDArray[np.float32]:
+def _floats(f: GGUFFile, t: GGUFTensor) -> npt.NDArray[np.floating[Any]]:
     from edgellama.native import kernels
 
+    x: npt.NDArray[np.floating[Any]]
     if t.ggml_type == GGMLType.F32:
         x = np.array(t.data.view(np.float32))  # a copy: the file is closed after reading
+    elif t.ggml_type == GGMLType.F16:
+        x = np.array(t.data.view(np.float16))  # the engine's F16 terms read halves as they are
     else:
         x = kernels.dequantize(t.data, t.ggml_type, t.n_elements)
     if not np.isfinite(x).all():

@@ -117,7 +117,8 @@ def merge_rows(w_rows: npt.NDArray[np.float32], parts: Sequence[Part], start: in
     n = w_rows.shape[0]
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused by the caller, by name
         for lw, scale in parts:
-            w_rows += np.float32(scale) * (lw.b[start : start + n] @ lw.a)
+            b, a = np.asarray(lw.b[start : start + n], np.float32), np.asarray(lw.a, np.float32)  # F16: widened
+            w_rows += np.float32(scale) * (b @ a)
     return w_rows
 
 

@@ -379,14 +379,16 @@ class Engine:
             rank = int(np.shape(w.a)[0]) if np.ndim(w.a) == 2 else 0
             if not 1 <= rank <= lora.MAX_RANK:
                 raise ValueError(f"adapter {adapter.name}: {name} has rank {rank} (1..{lora.MAX_RANK})")
-            a = lora.f32_matrix(f"adapter {adapter.name}: {name}.lora_a", w.a, (rank, base.ne0))
-            b = lora.f32_matrix(f"adapter {adapter.name}: {name}.lora_b", w.b, (base.ne1, rank))
+            a, a_type = lora.term_matrix(f"adapter {adapter.name}: {name}.lora_a", w.a, (rank, base.ne0))
+            # B transposed ([rank, n_out]: csrc/lora.c's layout); the reader's B is a view of that already
+            b, b_type = lora.term_matrix(f"adapter {adapter.name}: {name}.lora_b transposed", np.asarray(w.b).T,
+                                         (rank, base.ne1))
             factor = c_float(f"adapter {adapter.name}: {name}'s alpha / rank", adapter.scale_of(name, 1.0))
-            terms.append((layer, target, a, b, rank, base.ne0, base.ne1, factor, name))
+            terms.append((layer, target, a, a_type, b, b_type, rank, base.ne0, base.ne1, factor, name))
         with self._lock:
-            for layer, target, a, b, rank, n_in, n_out, factor, name in terms:
-                status = lib.el_model_lora_attach(self._model, index, layer, target, ffi.from_buffer("float[]", a),
-                                                  ffi.from_buffer("float[]", b), rank, n_in, n_out, factor)
+            for layer, target, a, a_type, b, b_type, rank, n_in, n_out, factor, name in terms:
+                status = lib.el_model_lora_attach_typed(self._model, index, layer, target, a_type, ffi.from_buffer(a),
+                                                        b_type, ffi.from_buffer(b), rank, n_in, n_out, factor)
                 if status != 0:
                     lib.el_model_lora_clear(self._model)
                     self._lora_keep.clear()

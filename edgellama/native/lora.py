@@ -1,7 +1,8 @@
 """LoRA adapters on an Engine: which C weight slot a base tensor name is, and the checks before C.
 
 The adapter itself (edgellama.lora.adapter: read, validated against the base model) is plain data: per
-base tensor name an F32 A [rank, n_in] and B [n_out, rank], and the factor alpha / rank. This module
+base tensor name A [rank, n_in] and B [n_out, rank] (float32, or float16 kept as halves), and the factor
+alpha / rank. The engine reads B transposed, [rank, n_out]; the reader's B is a view of such an array. This module
 hands those arrays to the engine (el_model_lora_attach), which keeps them alive as long as it uses them.
 """
 
@@ -31,8 +32,8 @@ _LAYER_NAME = re.compile(r"blk\.(\d+)\.([a-z_]+)\.weight")
 
 
 class LoraWeightLike(Protocol):
-    a: npt.NDArray[np.float32]
-    b: npt.NDArray[np.float32]
+    a: npt.NDArray[np.floating[Any]]
+    b: npt.NDArray[np.floating[Any]]
 
 
 class LoraAdapterLike(Protocol):
@@ -61,7 +62,7 @@ def max_rank(adapters: list[Any]) -> int:
 
 
 def adapter_bytes(adapters: list[Any]) -> int:
-    """Bytes of the adapters' F32 arrays (the memory plan counts them: they are not file-backed)."""
+    """Bytes of the adapters' arrays (the memory plan counts them: they are not file-backed)."""
     return sum(int(w.a.nbytes) + int(w.b.nbytes) for ad in adapters for w in ad.weights.values())
 
 
@@ -74,11 +75,13 @@ def scratch_bytes(n_batch: int, rank: int) -> int:
     return int(lib.el_model_lora_bytes(int(n_batch), int(rank)))
 
 
-def f32_matrix(what: str, x: Any, shape: tuple[int, int]) -> npt.NDArray[np.float32]:
-    """x as a C-contiguous float32 matrix of exactly shape (ValueError naming what otherwise)."""
-    arr = np.ascontiguousarray(x, dtype=np.float32)
+def term_matrix(what: str, x: Any, shape: tuple[int, int]) -> tuple[npt.NDArray[np.floating[Any]], int]:
+    """x as a C-contiguous matrix of exactly shape and its EL_TYPE (ValueError naming what otherwise):
+    float16 stays float16 (EL_TYPE_F16, half the bytes the engine reads per pass), the rest float32."""
+    half = isinstance(x, np.ndarray) and x.dtype == np.float16
+    arr: npt.NDArray[np.floating[Any]] = np.ascontiguousarray(x, dtype=np.float16 if half else np.float32)
     if arr.shape != shape:
         raise ValueError(f"{what} has shape {arr.shape}, expected {shape}")
     if not np.isfinite(arr).all():
         raise ValueError(f"{what} holds a value that is not finite")
-    return arr
+    return arr, int(lib.EL_TYPE_F16 if half else lib.EL_TYPE_F32)
