@@ -24,7 +24,7 @@ from edgellama import session
 from edgellama.completion import CompletionAPI
 from edgellama.gguf.metadata import Metadata
 from edgellama.gguf.split import iter_pieces, open_model_file
-from edgellama.memplan import MemoryPlan, choose_plan
+from edgellama.memplan import BudgetError, MemoryPlan, choose_plan, with_loras
 from edgellama.native.engine import Engine, Pool
 from edgellama.native.lib import KernelError
 from edgellama.registry import resolve_model
@@ -199,10 +199,17 @@ class LLM(CompletionAPI):
 
     def add_lora(self, adapter: str | Path | Any, scale: float = 1.0) -> int:
         """Attaches an adapter (a GGUF LoRA file or a read LoraAdapter) at scale on every sequence, after
-        the ones attached before; returns its number. The cache is cleared (its keys were computed
-        without it when the scale is not 0). Not counted by self.plan, made at load."""
+        the ones attached before; returns its number. self.plan counts it; an adapter that takes the
+        plan past the memory budget is refused (BudgetError, with the plan). The cache is cleared (its
+        keys were computed without it when the scale is not 0)."""
         with self._turn.take("add_lora"):
-            index = self._attach(self._read_lora(adapter), float(scale))
+            ad = self._read_lora(adapter)
+            plan = with_loras(self.plan, [*self.loras, ad])
+            if not plan.fits:
+                raise BudgetError(f"adapter {getattr(ad, 'name', adapter)} does not fit the memory budget:\n"
+                                  f"{plan.table()}")
+            index = self._attach(ad, float(scale))
+            self.plan = plan
             self._seq_scales = {q: (*t, float(scale)) for q, t in self._seq_scales.items()}
             self._forget_cache(None)
             return index

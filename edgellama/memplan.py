@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from edgellama.native import lora
@@ -61,7 +61,7 @@ class MemoryPlan:
     overhead: int
     budget: int | None = None
     n_seq: int = 1  # sequences (service slots), each with its own KV cache of n_ctx positions
-    lora: int = 0  # LoRA adapters: their F32 arrays and the engine's scratch for their largest rank
+    lora: int = 0  # LoRA adapters: their arrays and the engine's scratch for their largest rank
     n_lora: int = 0
 
     @property
@@ -138,6 +138,12 @@ def make_plan(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_threads
         overhead=BASE_OVERHEAD + PER_TOKEN_OVERHEAD * desc.n_vocab, budget=budget, n_seq=n_seq,
         lora=lora.adapter_bytes(ads) + lora.scratch_bytes(n_batch, lora.max_rank(ads)), n_lora=len(ads),
     )
+
+
+def with_loras(plan: MemoryPlan, loras: list[Any]) -> MemoryPlan:
+    """plan with these adapters in place of the ones it counted (LLM.add_lora: the same context)."""
+    return replace(plan, lora=lora.adapter_bytes(loras) + lora.scratch_bytes(plan.n_batch, lora.max_rank(loras)),
+                   n_lora=len(loras))
 
 
 def _slots(n_seq: int) -> str:

@@ -353,14 +353,34 @@ def test_llm_loras_and_scales(smollm2_path: Path, tmp_path: Path) -> None:
         assert np.array_equal(llm.eval(SMOL_IDS), on)
         with pytest.raises(ValueError, match="no adapter number 3"):
             llm.set_lora_scale(3, 1.0)
-        i = llm.add_lora(random_adapter(desc, [1], 2, 0.0, 12), 1.0)
+        before = llm.plan.lora
+        extra = random_adapter(desc, [1], 2, 0.0, 12)
+        i = llm.add_lora(extra, 1.0)
         assert i == 1 and not np.array_equal(llm.eval(SMOL_IDS), on)
+        assert llm.plan.n_lora == 2 and llm.plan.lora == before + extra.nbytes  # the plan counts it
         llm.save_session(tmp_path / "s.bin")
     with LLM(smollm2_path, n_ctx=64, n_batch=16, n_threads=1) as plain:
         from edgellama.session import SessionError
 
         with pytest.raises(SessionError, match="lora"):  # its cache was computed with the adapters
             plain.load_session(tmp_path / "s.bin")
+
+
+def test_add_lora_past_the_memory_budget_is_refused_with_the_plan(smollm2_path: Path) -> None:
+    from edgellama.llm import LLM
+    from edgellama.memplan import BudgetError
+
+    desc = _load(smollm2_path)
+    small, big = random_adapter(desc, [0], 2, 0.0, 13), random_adapter(desc, list(range(8)), 64, 0.0, 14)
+    with LLM(smollm2_path, n_ctx=64, n_batch=16, n_threads=1) as probe:
+        budget = probe.plan.total + small.nbytes + (1 << 20)  # room for the small adapter, not the big one
+    with LLM(smollm2_path, n_ctx=64, n_batch=16, n_threads=1, mem_budget=budget) as llm:
+        assert llm.add_lora(small) == 0
+        with pytest.raises(BudgetError, match="does not fit the memory budget") as e:
+            llm.add_lora(big)
+        assert "LoRA adapters" in str(e.value)  # the plan's table
+        assert len(llm.loras) == 1 and llm.plan.n_lora == 1 and llm.plan.fits
+        assert llm.engine.lora_names == {0: small.name}
 
 
 # ---- the command line, on adapter files (the reader and tests/lora_util.py's writer) ----
