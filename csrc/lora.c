@@ -2,8 +2,8 @@
  *
  * Order of the float operations, in both numerics modes (llama.cpp's graph does the same steps:
  * mul_mat(A), mul_mat(B), scale, add, adapter by adapter): y = W x first (the base matmul of the
- * mode), then for each adapter in index order t = A x (F32 dots), d = B t (per output, multiply-adds
- * over the rank in ascending order), y = y + (s * d) with s = factor * the sequence's scale (llama.cpp:
+ * mode), then for each adapter in index order t = A x (float dots over F32 or F16 rows), d = B t (per
+ * output, fused multiply-adds over the rank in ascending order), y = y + (s * d) with s = factor * the sequence's scale (llama.cpp:
  * user_scale * alpha / rank in one float, so s may differ from it in the last bit).
  * The kernels are this library's, not ggml's: llama.cpp's bits are promised for the base model only,
  * an adapter's term agrees to float rounding. */
@@ -27,7 +27,7 @@
  * stream its share; a prefill's product with A goes through the matmul's tiling instead. */
 enum {
     LORA_A_ROWS = 4,      /* rank rows per item of t = A x for a few rows */
-    LORA_SMALL_N = 4,     /* up to this many rows: the item loop above, else el_matmul_act */
+    LORA_SMALL_N = 4,     /* up to this many rows: items of LORA_A_ROWS (lora_a_item), else el_matmul_act */
     LORA_B_ROWS = 64,     /* output rows per item of B t */
     LORA_POOL_MIN = 4096, /* multiply-adds from which a product is worth the pool's hand-off */
 };
