@@ -238,7 +238,7 @@ EL_API int el_model_seq_state_load(el_model *model, int32_t seq, const void *buf
  * skips the adapter, so those rows have the base model's bits. A GGUF adapter's term has factor
  * alpha / rank (rank: that weight's; 1 without alpha) and the scale is the user's (llama.cpp's
  * --lora-scaled). Order of the float operations in both numerics modes: y = W x (the mode's matmul),
- * then per adapter t = A x (F32 dots), d = B t (per output, multiply-adds over k ascending),
+ * then per adapter t = A x (float dots), d = B t (per output, fused multiply-adds over k ascending),
  * y = y + s * d (llama.cpp's graph steps; the kernels are this library's).
  * Per row the result does not depend on the other rows of the batch. */
 enum el_lora_target { EL_LORA_WQ = 0, EL_LORA_WK = 1, EL_LORA_WV = 2, EL_LORA_WO = 3, EL_LORA_W_GATE = 4,
@@ -252,8 +252,8 @@ EL_API int el_model_lora_attach(el_model *model, int32_t adapter, int32_t layer,
                                 const float *bt, int32_t rank, int64_t n_in, int64_t n_out, float factor);
 /* the same with A and B^T stored as a_type / b_type: EL_TYPE_F32 or EL_TYPE_F16 (any other: EL_EINVAL).
  * Halves are kept as they are (half the bytes read per pass, the cost of an adapter in decode) and
- * widened exactly inside dots that sum in the F32 dots' order: an F16 term gives the bits of the same
- * values stored as F32. */
+ * widened exactly inside kernels that compute as the F32 ones do: an F16 term gives the bits of the
+ * same values stored as F32. */
 EL_API int el_model_lora_attach_typed(el_model *model, int32_t adapter, int32_t layer, int target, int a_type,
                                       const void *a, int b_type, const void *bt, int32_t rank, int64_t n_in,
                                       int64_t n_out, float factor);
