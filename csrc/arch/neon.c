@@ -427,52 +427,34 @@ static void axpy_f32_neon(size_t n, float alpha, const float *x, float *y) {
 }
 
 /* d = t B for m outputs (dispatch.h): 16 outputs in four registers while k runs, then 4, then one;
- * vfmaq is the fused step the tail's fmaf is */
-static void vecmat_f32_neon(size_t rank, size_t m, const float *t, const float *b, size_t ld, float *d) {
-    size_t o = 0;
-    for (; o + 16 <= m; o += 16) {
-        float32x4_t s0 = vdupq_n_f32(0), s1 = s0, s2 = s0, s3 = s0;
-        for (size_t k = 0; k < rank; k++) {
-            const float *bk = b + k * ld + o;
-            s0 = vfmaq_n_f32(s0, vld1q_f32(bk), t[k]), s1 = vfmaq_n_f32(s1, vld1q_f32(bk + 4), t[k]);
-            s2 = vfmaq_n_f32(s2, vld1q_f32(bk + 8), t[k]), s3 = vfmaq_n_f32(s3, vld1q_f32(bk + 12), t[k]);
-        }
-        vst1q_f32(d + o, s0), vst1q_f32(d + o + 4, s1), vst1q_f32(d + o + 8, s2), vst1q_f32(d + o + 12, s3);
+ * vfmaq is the fused step the tail's fmaf is. LOAD4 reads 4 values of b as floats, TO_F32 one. */
+#define EL_VECMAT(NAME, T, LOAD4, TO_F32)                                                          \
+    static void NAME(size_t rank, size_t m, const float *t, const T *b, size_t ld, float *d) {    \
+        size_t o = 0;                                                                              \
+        for (; o + 16 <= m; o += 16) {                                                             \
+            float32x4_t s0 = vdupq_n_f32(0), s1 = s0, s2 = s0, s3 = s0;                            \
+            for (size_t k = 0; k < rank; k++) {                                                    \
+                const T *bk = b + k * ld + o;                                                      \
+                s0 = vfmaq_n_f32(s0, LOAD4(bk), t[k]), s1 = vfmaq_n_f32(s1, LOAD4(bk + 4), t[k]);  \
+                s2 = vfmaq_n_f32(s2, LOAD4(bk + 8), t[k]), s3 = vfmaq_n_f32(s3, LOAD4(bk + 12), t[k]); \
+            }                                                                                      \
+            vst1q_f32(d + o, s0), vst1q_f32(d + o + 4, s1), vst1q_f32(d + o + 8, s2), vst1q_f32(d + o + 12, s3); \
+        }                                                                                          \
+        for (; o + 4 <= m; o += 4) {                                                               \
+            float32x4_t s0 = vdupq_n_f32(0);                                                       \
+            for (size_t k = 0; k < rank; k++) s0 = vfmaq_n_f32(s0, LOAD4(b + k * ld + o), t[k]);   \
+            vst1q_f32(d + o, s0);                                                                  \
+        }                                                                                          \
+        for (; o < m; o++) {                                                                       \
+            float s = 0.0f;                                                                        \
+            for (size_t k = 0; k < rank; k++) s = fmaf(t[k], TO_F32(b[k * ld + o]), s);            \
+            d[o] = s;                                                                              \
+        }                                                                                          \
     }
-    for (; o + 4 <= m; o += 4) {
-        float32x4_t s0 = vdupq_n_f32(0);
-        for (size_t k = 0; k < rank; k++) s0 = vfmaq_n_f32(s0, vld1q_f32(b + k * ld + o), t[k]);
-        vst1q_f32(d + o, s0);
-    }
-    for (; o < m; o++) {
-        float s = 0.0f;
-        for (size_t k = 0; k < rank; k++) s = fmaf(t[k], b[k * ld + o], s);
-        d[o] = s;
-    }
-}
 
-static void vecmat_f16_neon(size_t rank, size_t m, const float *t, const el_half *b, size_t ld, float *d) {
-    size_t o = 0;
-    for (; o + 16 <= m; o += 16) {
-        float32x4_t s0 = vdupq_n_f32(0), s1 = s0, s2 = s0, s3 = s0;
-        for (size_t k = 0; k < rank; k++) {
-            const el_half *bk = b + k * ld + o;
-            s0 = vfmaq_n_f32(s0, ld_f16x4(bk), t[k]), s1 = vfmaq_n_f32(s1, ld_f16x4(bk + 4), t[k]);
-            s2 = vfmaq_n_f32(s2, ld_f16x4(bk + 8), t[k]), s3 = vfmaq_n_f32(s3, ld_f16x4(bk + 12), t[k]);
-        }
-        vst1q_f32(d + o, s0), vst1q_f32(d + o + 4, s1), vst1q_f32(d + o + 8, s2), vst1q_f32(d + o + 12, s3);
-    }
-    for (; o + 4 <= m; o += 4) {
-        float32x4_t s0 = vdupq_n_f32(0);
-        for (size_t k = 0; k < rank; k++) s0 = vfmaq_n_f32(s0, ld_f16x4(b + k * ld + o), t[k]);
-        vst1q_f32(d + o, s0);
-    }
-    for (; o < m; o++) {
-        float s = 0.0f;
-        for (size_t k = 0; k < rank; k++) s = fmaf(t[k], el_fp16_to_fp32(b[k * ld + o]), s);
-        d[o] = s;
-    }
-}
+static inline float f32_id(float x) { return x; }
+EL_VECMAT(vecmat_f32_neon, float, vld1q_f32, f32_id)
+EL_VECMAT(vecmat_f16_neon, el_half, ld_f16x4, el_fp16_to_fp32)
 
 void el_neon_fill_dotprod(el_kernels *k); /* neon_dotprod.c */
 
