@@ -3,8 +3,9 @@
  * Order of the float operations, in both numerics modes (llama.cpp's graph does the same steps:
  * mul_mat(A), mul_mat(B), scale, add, adapter by adapter): y = W x first (the base matmul of the
  * mode), then for each adapter in index order t = A x (float dots over F32 or F16 rows), d = B t (per
- * output, fused multiply-adds over the rank in ascending order), y = y + (s * d) with s = factor * the sequence's scale (llama.cpp:
- * user_scale * alpha / rank in one float, so s may differ from it in the last bit).
+ * output, fused multiply-adds over the rank in ascending order), y = y + (s * d) with s = factor * the
+ * sequence's scale (llama.cpp: user_scale * alpha / rank in one float, so s may differ from it in the
+ * last bit).
  * The kernels are this library's, not ggml's: llama.cpp's bits are promised for the base model only,
  * an adapter's term agrees to float rounding. */
 #include "lora.h"
@@ -27,27 +28,10 @@
  * stream its share; a prefill's product with A goes through the matmul's tiling instead. */
 enum {
     LORA_A_ROWS = 4,      /* rank rows per item of t = A x for a few rows */
-    LORA_SMALL_N = 4,     /* up to this many rows: items of LORA_A_ROWS (lora_a_item), else el_matmul_act */
+    LORA_SMALL_N = 4,     /* up to this many rows: items of LORA_A_ROWS (group_a_item), else el_matmul_act */
     LORA_B_ROWS = 64,     /* output rows per item of B t */
     LORA_POOL_MIN = 4096, /* multiply-adds from which a product is worth the pool's hand-off */
 };
-
-typedef struct {
-    el_vec_dot_fn dot;
-    const char *a;
-    size_t a_row, n_in, rank, n;
-    const float *x;
-    float *t;
-} lora_a_task;
-
-/* rank rows [r0, r1) of t for every row of x: one vec_dot each, as el_matmul_act computes them */
-static void lora_a_item(void *p, size_t i, size_t n_items) {
-    const lora_a_task *k = p;
-    const size_t r0 = i * LORA_A_ROWS, r1 = r0 + LORA_A_ROWS < k->rank ? r0 + LORA_A_ROWS : k->rank;
-    for (size_t v = 0; v < k->n; v++)
-        for (size_t r = r0; r < r1; r++) k->t[v * k->rank + r] = k->dot(k->n_in, k->a + r * k->a_row, k->x + v * k->n_in);
-    (void)n_items;
-}
 
 /* d = B t for LORA_B_ROWS outputs at a time, from B^T (rank x n_out) by the vecmat kernels: each
  * output is one chain of fused multiply-adds over k ascending, the same bits for any batch, thread
@@ -55,7 +39,8 @@ static void lora_a_item(void *p, size_t i, size_t n_items) {
  * be n_out dots of length rank, each mostly loop set-up and a horizontal sum: that was most of an
  * adapter's decode cost.) */
 typedef struct {
-    const float *t, *s;
+    float *t; /* n x rank: t = x A^T, written by the A phase */
+    const float *s;
     const void *bt;
     size_t n, rank, n_out, ldy;
     float *y;
@@ -96,13 +81,17 @@ typedef struct {
     const float *x;
 } lora_group;
 
+/* rank rows [r0, r1) of one job's t for every row of x: one vec_dot each, as el_matmul_act computes them */
 static void group_a_item(void *p, size_t i, size_t n_items) {
     const lora_group *g = p;
     size_t j = 0;
     while (i >= g->jobs[j].a_items) i -= g->jobs[j++].a_items;
     const lora_job *jb = &g->jobs[j];
-    lora_a_task ka = {jb->dot, jb->a, jb->a_row, jb->n_in, jb->b.rank, jb->b.n, g->x, (float *)jb->b.t};
-    lora_a_item(&ka, i, n_items);
+    const size_t rank = jb->b.rank, r0 = i * LORA_A_ROWS, r1 = r0 + LORA_A_ROWS < rank ? r0 + LORA_A_ROWS : rank;
+    for (size_t v = 0; v < jb->b.n; v++)
+        for (size_t r = r0; r < r1; r++)
+            jb->b.t[v * rank + r] = jb->dot(jb->n_in, jb->a + r * jb->a_row, g->x + v * jb->n_in);
+    (void)n_items;
 }
 
 static void group_b_item(void *p, size_t i, size_t n_items) {
@@ -126,9 +115,10 @@ static lora_job make_job(size_t n, size_t n_in, int a_type, const void *a, int b
     const el_kernels *kern = el_kern();
     size_t live = 0;
     for (size_t v = 0; v < n; v++) live += s[v] != 0.0f;
-    lora_job jb = {kern->vec_dot[a_type], a_type, a, el_row_bytes(a_type, n_in), n_in,
-                   {t, s, bt, n, rank, n_out, ldy, y, kern->vecmat_f32, b_type == EL_TYPE_F16 ? kern->vecmat_f16 : NULL},
-                   0, 0, n * rank * n_in, live * n_out * rank};
+    const lora_b_task b = {t, s, bt, n, rank, n_out, ldy, y, kern->vecmat_f32,
+                           b_type == EL_TYPE_F16 ? kern->vecmat_f16 : NULL};
+    lora_job jb = {kern->vec_dot[a_type], a_type, a, el_row_bytes(a_type, n_in), n_in, b, 0, 0, n * rank * n_in,
+                   live * n_out * rank};
     if (live) {
         jb.a_items = (rank + LORA_A_ROWS - 1) / LORA_A_ROWS;
         jb.b_items = (n_out + LORA_B_ROWS - 1) / LORA_B_ROWS;
@@ -148,7 +138,7 @@ static void run_group(el_pool *pool, const float *x, size_t n, lora_job *jobs, s
     } else {
         for (size_t j = 0; j < n_jobs; j++)
             if (jobs[j].a_items)
-                el_matmul_act(pool, jobs[j].a_type, jobs[j].a, jobs[j].b.rank, jobs[j].n_in, x, n, (float *)jobs[j].b.t,
+                el_matmul_act(pool, jobs[j].a_type, jobs[j].a, jobs[j].b.rank, jobs[j].n_in, x, n, jobs[j].b.t,
                               jobs[j].b.rank);
     }
     items = 0, macs = 0;
