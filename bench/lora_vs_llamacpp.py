@@ -7,8 +7,8 @@ Benchmark (default): generation tok/s (tg N: N tokens one at a time from an empt
 argmax of the previous logits) of the base model and of the base model with a rank-16 synthetic
 adapter on every attention and FFN matrix, for both engines in one run; --dtype lists the adapter's
 tensor types to measure (F32: convert_lora_to_gguf.py's default --outtype; F16 halves the bytes an
-adapter adds to every decode step, which is what it costs on a memory-bound board). Each engine runs in its own
-worker process (one per engine and configuration); after a warm-up the repetitions alternate between
+adapter adds to every decode step, which is what it costs on a memory-bound board). Each engine runs
+in its own worker process (one per engine and configuration); after a warm-up the repetitions alternate between
 the engines, each engine's base and adapter runs side by side. Reported: tok/s (medians) and each
 engine's with-adapter / base ratio as the median over repetitions of the ratio of those two adjacent
 runs, so that the slow drift of a shared machine cancels (issue 23's goal: edgellama >= 0.9), and

@@ -136,14 +136,18 @@ def make_plan(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_threads
         n_ctx=n_ctx, n_batch=n_batch, kv_type=kv_type, n_threads=n_threads, weights=weights_bytes(desc),
         kv_cache=kv, scratch=scratch, logits=desc.n_vocab * 4 * n_seq,  # a step's logits: a row per slot
         overhead=BASE_OVERHEAD + PER_TOKEN_OVERHEAD * desc.n_vocab, budget=budget, n_seq=n_seq,
-        lora=lora.adapter_bytes(ads) + lora.scratch_bytes(n_batch, lora.max_rank(ads)), n_lora=len(ads),
+        lora=_lora_bytes(n_batch, ads), n_lora=len(ads),
     )
+
+
+def _lora_bytes(n_batch: int, loras: list[Any]) -> int:
+    """The adapters' arrays and the engine's scratch for their largest rank."""
+    return lora.adapter_bytes(loras) + lora.scratch_bytes(n_batch, lora.max_rank(loras))
 
 
 def with_loras(plan: MemoryPlan, loras: list[Any]) -> MemoryPlan:
     """plan with these adapters in place of the ones it counted (LLM.add_lora: the same context)."""
-    return replace(plan, lora=lora.adapter_bytes(loras) + lora.scratch_bytes(plan.n_batch, lora.max_rank(loras)),
-                   n_lora=len(loras))
+    return replace(plan, lora=_lora_bytes(plan.n_batch, loras), n_lora=len(loras))
 
 
 def _slots(n_seq: int) -> str:

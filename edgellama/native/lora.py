@@ -2,8 +2,9 @@
 
 The adapter itself (edgellama.lora.adapter: read, validated against the base model) is plain data: per
 base tensor name A [rank, n_in] and B [n_out, rank] (float32, or float16 kept as halves), and the factor
-alpha / rank. The engine reads B transposed, [rank, n_out]; the reader's B is a view of such an array. This module
-hands those arrays to the engine (el_model_lora_attach), which keeps them alive as long as it uses them.
+alpha / rank. The engine reads B transposed, [rank, n_out]; the reader's B is a view of such an array.
+This module hands those arrays to the engine (el_model_lora_attach_typed), which keeps them alive as
+long as it uses them.
 """
 
 from __future__ import annotations
