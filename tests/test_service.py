@@ -20,7 +20,8 @@ import pytest
 from tests.service_util import FAST, ServerProc, cli_env, text_of
 
 SYSTEM = "You are a terse assistant on a small board. Answer in one short sentence."
-LONG = 200  # n_predict of a request meant to still be running when the test acts on it
+LONG = 200  # n_predict of a request meant to still be running when the test acts on it (greedy:
+# sampled, a request can end at once with an end-of-text and be done before the test acts on it)
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +178,7 @@ def test_prompt_over_the_context_is_refused_before_any_work(server: ServerProc) 
 
 def test_cancel_ends_the_request_with_cancelled(server: ServerProc) -> None:
     with server.connect() as c:
-        c.send({"id": "long", "prompt": "Tell me a long story about a lighthouse.", "n_predict": LONG})
+        c.send({"id": "long", "prompt": "Tell me a long story about a lighthouse.", "n_predict": LONG, "temperature": 0})
         assert c.event()["event"] == "token"
         c.send({"type": "cancel", "id": "long"})
         events = c.until_final({"long"})["long"]
@@ -191,7 +192,7 @@ def test_cancel_ends_the_request_with_cancelled(server: ServerProc) -> None:
 
 def test_queue_overflow_is_busy_at_once_and_queued_requests_can_be_cancelled(server: ServerProc) -> None:
     with server.connect() as c:
-        c.send({"id": "run", "prompt": "Write a poem.", "n_predict": LONG})
+        c.send({"id": "run", "prompt": "Write a poem.", "n_predict": LONG, "temperature": 0})
         assert c.event()["event"] == "token"  # the slot is busy now
         for i in range(3):  # --queue 3
             c.send({"id": f"q{i}", "prompt": "Queued.", "n_predict": 2})
@@ -217,7 +218,7 @@ def test_queue_overflow_is_busy_at_once_and_queued_requests_can_be_cancelled(ser
 
 def test_a_client_that_disconnects_frees_the_slot(server: ServerProc) -> None:
     a = server.connect()
-    a.send({"id": "gone", "prompt": "Describe the sea at length.", "n_predict": LONG})
+    a.send({"id": "gone", "prompt": "Describe the sea at length.", "n_predict": LONG, "temperature": 0})
     assert a.event()["event"] == "token"
     a.close()
     with server.connect() as b:
@@ -264,7 +265,7 @@ def test_sigterm_during_generation_ends_streams_with_shutdown(gemma_path: Path) 
     try:
         srv.wait_ready()
         c = srv.connect()
-        c.send({"id": "a", "prompt": "Tell me everything about rivers.", "n_predict": LONG})
+        c.send({"id": "a", "prompt": "Tell me everything about rivers.", "n_predict": LONG, "temperature": 0})
         c.send({"id": "b", "prompt": "Queued behind a.", "n_predict": 4})
         assert c.event()["event"] == "token"
         srv.proc.send_signal(signal.SIGTERM)
@@ -331,7 +332,7 @@ def test_a_half_closed_client_still_gets_its_answer(server: ServerProc) -> None:
 
 def test_a_client_gone_while_queued_leaves_the_queue_at_once(server: ServerProc) -> None:
     with server.connect() as a:
-        a.send({"id": "busy", "prompt": "Write about mountains.", "n_predict": LONG})
+        a.send({"id": "busy", "prompt": "Write about mountains.", "n_predict": LONG, "temperature": 0})
         assert a.event()["event"] == "token"
         b = server.connect()
         b.send({"id": "queued", "prompt": "Waiting.", "n_predict": 2})
