@@ -136,6 +136,13 @@ class ServerProc:
     def stderr(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def records(self) -> list[dict[str, Any]]:
+        """The JSON log lines written so far; a line still being written (no newline yet) is left out:
+        the server may be mid-write while a test reads its log."""
+        text = self.stderr()
+        done = text[: text.rfind("\n") + 1]
+        return [json.loads(line) for line in done.splitlines() if line.startswith("{")]
+
     def health(self) -> dict[str, Any]:
         with self.connect() as c:
             c.send({"type": "health", "id": "h"})

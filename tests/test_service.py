@@ -224,7 +224,7 @@ def test_a_client_that_disconnects_frees_the_slot(server: ServerProc) -> None:
     with server.connect() as b:
         events = b.ask({"id": "next", "prompt": "Hello", "n_predict": 2})
     assert final(events)["event"] == "done"
-    logged = [json.loads(line) for line in server.stderr().splitlines() if '"gone"' in line]
+    logged = [r for r in server.records() if r.get("id") == "gone"]
     assert logged and logged[-1]["outcome"] == "cancelled"
     assert logged[-1]["n_predicted"] < LONG
     assert "prompt" not in logged[-1] and "output" not in logged[-1]  # not logged without --log-prompts

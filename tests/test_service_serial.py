@@ -120,13 +120,7 @@ def socket_answer(rig: Rig, prompt: str, n: int) -> str:
 
 
 def log_requests(rig: Rig) -> list[dict[str, Any]]:
-    out = []
-    for line in rig.srv.stderr().splitlines():
-        if line.startswith("{"):
-            rec = json.loads(line)
-            if rec["msg"] == "request":
-                out.append(rec)
-    return out
+    return [r for r in rig.srv.records() if r.get("msg") == "request"]
 
 
 def test_json_mode_answers_exactly_as_the_socket(rig: Rig) -> None:

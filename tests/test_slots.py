@@ -124,10 +124,7 @@ def parallel_server(smollm2_path: Path) -> Any:
 
 
 def _logged(srv: Any, req_id: str) -> list[dict[str, Any]]:
-    import json
-
-    return [json.loads(line) for line in srv.stderr().splitlines() if f'"id": "{req_id}"' in line
-            or f'"id":"{req_id}"' in line]
+    return [r for r in srv.records() if r.get("id") == req_id]
 
 
 def test_parallel_slots_serve_concurrent_clients_their_solo_answers(parallel_server: Any) -> None:
