@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--numerics", choices=("native", "llamacpp"), default="native")
     args = ap.parse_args(argv)
 
-    from edgellama.native import kernels
     from edgellama.llm import LLM
+    from edgellama.native import kernels
 
     # a marker is a syscall no other code here makes; without the plugin it is a cheap no-op
     mark = os.getppid if args.markers else (lambda: 0)

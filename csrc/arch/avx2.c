@@ -193,27 +193,27 @@ EL_AVX2 static inline __m256i load_q5_1(const uint8_t *b) {
         const uint8_t *pw = w, *pa = a;                                                            \
         const size_t nb = n / 32;                                                                  \
         __m256 acc0[EL_MV_ROWS][EL_NV_MAX], acc1[EL_MV_ROWS][EL_NV_MAX];                           \
-        for (int r = 0; r < NR; r++)                                                               \
-            for (int j = 0; j < NV; j++) acc0[r][j] = acc1[r][j] = _mm256_setzero_ps();            \
+        EL_UNROLL for (int r = 0; r < NR; r++)                                                     \
+            EL_UNROLL for (int j = 0; j < NV; j++) acc0[r][j] = acc1[r][j] = _mm256_setzero_ps();  \
         size_t i = 0;                                                                              \
         for (; i + 2 <= nb; i += 2) {                                                              \
             __m256i a0[EL_NV_MAX], a1[EL_NV_MAX], c0[EL_NV_MAX], c1[EL_NV_MAX];                    \
             /* NR > 1: d[j][2r + b] = dx(row r, block b) dy(activation j, block b) */              \
             EL_ALIGN32 float d[EL_NV_MAX][8];                                                      \
             const __m256 dx = NR > 1 ? scales_x2_rows(pw + i * (WBYTES), ws, (WBYTES), NR) : _mm256_setzero_ps(); \
-            for (int j = 0; j < NV; j++) {                                                         \
+            EL_UNROLL for (int j = 0; j < NV; j++) {                                               \
                 const uint8_t *y0 = pa + j * as + i * 34;                                          \
                 a0[j] = load_q8_0(y0), a1[j] = load_q8_0(y0 + 34);                                 \
                 c0[j] = APRE(a0[j]), c1[j] = APRE(a1[j]);                                          \
                 if (NR > 1) _mm256_store_ps(d[j], _mm256_mul_ps(dx, scales_y2_x4(y0, y0 + 34)));   \
             }                                                                                      \
-            for (int r = 0; r < NR; r++) {                                                         \
+            EL_UNROLL for (int r = 0; r < NR; r++) {                                               \
                 const uint8_t *x0 = pw + r * ws + i * (WBYTES), *x1 = x0 + (WBYTES);               \
                 __m256i p00, p01, p10, p11;                                                        \
                 PREP(x0, &p00, &p01);                                                              \
                 PREP(x1, &p10, &p11);                                                              \
                 const __m128 fx = NR == 1 && NV > 1 ? scales_x2(x0, x1) : _mm_setzero_ps();        \
-                for (int j = 0; j < NV; j++) {                                                     \
+                EL_UNROLL for (int j = 0; j < NV; j++) {                                           \
                     const uint8_t *y0 = pa + j * as + i * 34, *y1 = y0 + 34;                       \
                     __m256 d0, d1;                                                                 \
                     if (NR > 1) d0 = _mm256_broadcast_ss(&d[j][2 * r]), d1 = _mm256_broadcast_ss(&d[j][2 * r + 1]); \
@@ -225,11 +225,11 @@ EL_AVX2 static inline __m256i load_q5_1(const uint8_t *b) {
             }                                                                                      \
         }                                                                                          \
         if (i < nb) {                                                                              \
-            for (int r = 0; r < NR; r++) {                                                         \
+            EL_UNROLL for (int r = 0; r < NR; r++) {                                               \
                 const uint8_t *x0 = pw + r * ws + i * (WBYTES);                                    \
                 __m256i p00, p01;                                                                  \
                 PREP(x0, &p00, &p01);                                                              \
-                for (int j = 0; j < NV; j++) {                                                     \
+                EL_UNROLL for (int j = 0; j < NV; j++) {                                           \
                     const uint8_t *y0 = pa + j * as + i * 34;                                      \
                     const __m256i a0 = load_q8_0(y0);                                              \
                     const __m256 d0 = _mm256_set1_ps(el_h2f(x0) * el_h2f(y0));                     \
@@ -237,8 +237,8 @@ EL_AVX2 static inline __m256i load_q5_1(const uint8_t *b) {
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
-        for (int r = 0; r < NR; r++)                                                               \
-            for (int j = 0; j < NV; j++) out[r * ldo + j] = el_hsum_ps(_mm256_add_ps(acc0[r][j], acc1[r][j])); \
+        EL_UNROLL for (int r = 0; r < NR; r++)                                                     \
+            EL_UNROLL for (int j = 0; j < NV; j++) out[r * ldo + j] = el_hsum_ps(_mm256_add_ps(acc0[r][j], acc1[r][j])); \
     }                                                                                              \
     EL_TILE_ENTRIES(EL_AVX2, NAME, NAME##_tile)
 
@@ -257,16 +257,16 @@ EL_AVX2 static inline __m256i load_q5_1(const uint8_t *b) {
         const size_t nb = n / 32;                                                                  \
         __m256 acc0[EL_MV_ROWS][EL_NV_MAX], acc1[EL_MV_ROWS][EL_NV_MAX];                           \
         __m128 mins[EL_MV_ROWS][EL_NV_MAX];                                                        \
-        for (int r = 0; r < NR; r++)                                                               \
-            for (int j = 0; j < NV; j++)                                                           \
+        EL_UNROLL for (int r = 0; r < NR; r++)                                                     \
+            EL_UNROLL for (int j = 0; j < NV; j++)                                                 \
                 acc0[r][j] = acc1[r][j] = _mm256_setzero_ps(), mins[r][j] = _mm_setzero_ps();      \
         for (size_t i = 0; i < nb; i += 2) {                                                       \
             const int pair = i + 1 < nb; /* else the odd last block, with a zero block of scale 0 */ \
-            for (int r = 0; r < NR; r++) {                                                         \
+            EL_UNROLL for (int r = 0; r < NR; r++) {                                               \
                 const uint8_t *x0 = pw + r * ws + i * (WBYTES), *x1 = pair ? x0 + (WBYTES) : zero_w; \
                 const __m256i w0 = LOADW(x0), w1 = LOADW(x1);                                      \
                 const __m128 hx = halves_dm2(x0, x1);                                              \
-                for (int j = 0; j < NV; j++) {                                                     \
+                EL_UNROLL for (int j = 0; j < NV; j++) {                                           \
                     const uint8_t *y0 = pa + j * as + i * 36, *y1 = pair ? y0 + 36 : zero_a;       \
                     /* [dx0 dy0, m0 s0, dx1 dy1, m1 s1] */                                         \
                     const __m128 p = _mm_mul_ps(hx, halves_dm2(y0, y1));                           \
@@ -278,8 +278,8 @@ EL_AVX2 static inline __m256i load_q5_1(const uint8_t *b) {
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
-        for (int r = 0; r < NR; r++)                                                               \
-            for (int j = 0; j < NV; j++) {                                                         \
+        EL_UNROLL for (int r = 0; r < NR; r++)                                                     \
+            EL_UNROLL for (int j = 0; j < NV; j++) {                                               \
                 const __m128 m = mins[r][j];                                                       \
                 out[r * ldo + j] = el_hsum_ps(_mm256_add_ps(acc0[r][j], acc1[r][j])) +             \
                                    (_mm_cvtss_f32(_mm_shuffle_ps(m, m, 1)) + _mm_cvtss_f32(_mm_shuffle_ps(m, m, 3))); \
@@ -360,13 +360,13 @@ EL_AVX2 EL_FORCE_INLINE void q5_0_pair(const uint8_t *pw, size_t ws, const int N
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1), o16 = _mm256_set1_epi8(16);
     const __m256i zero = _mm256_setzero_si256();
     __m256i al[EL_NV_MAX], ah[EL_NV_MAX], t[4], v[4], h[EL_MV_ROWS];
-    for (int j = 0; j < NV; j++) {
+    EL_UNROLL for (int j = 0; j < NV; j++) {
         const uint8_t *y0 = pa + j * as + i * 34, *y1 = PAIR ? y0 + 34 : q8_0_zero_a;
         al[j] = loadu2_128(y0 + 2, y1 + 2);
         ah[j] = loadu2_128(y0 + 18, y1 + 18);
     }
-    for (int o = 0; o < 4; o++) t[o] = v[o] = zero;
-    for (int r = 0; r < NR; r++) {
+    EL_UNROLL for (int o = 0; o < 4; o++) t[o] = v[o] = zero;
+    EL_UNROLL for (int r = 0; r < NR; r++) {
         const uint8_t *x0 = pw + r * ws + i * 22, *x1 = PAIR ? x0 + 22 : q5_0_zero_w;
         h[r] = loadu2_128(x0, x1);
         const __m256i q = loadu2_128(x0 + 6, x1 + 6);
@@ -374,18 +374,29 @@ EL_AVX2 EL_FORCE_INLINE void q5_0_pair(const uint8_t *pw, size_t ws, const int N
         q5_0_pair_high(h[r], &hl, &hh);
         const __m256i ul = _mm256_or_si256(_mm256_and_si256(q, m4), hl);
         const __m256i uh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hh);
-        for (int j = 0; j < NV; j++)
-            v[r * NV + j] = _mm256_madd_epi16(
-                _mm256_add_epi16(_mm256_maddubs_epi16(ul, al[j]), _mm256_maddubs_epi16(uh, ah[j])), ones);
+        if (NR == 1) {
+            /* one row: 16 sum(a) would be one more dot per activation for this row alone; the signed
+             * values w = u - 16 against a with w's sign give sum(w a) at once, the same integer */
+            const __m256i wl = _mm256_sub_epi8(ul, o16), wh = _mm256_sub_epi8(uh, o16);
+            const __m256i pl = _mm256_sign_epi8(wl, wl), ph = _mm256_sign_epi8(wh, wh);
+            EL_UNROLL for (int j = 0; j < NV; j++)
+                v[j] = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(pl, _mm256_sign_epi8(al[j], wl)),
+                                                          _mm256_maddubs_epi16(ph, _mm256_sign_epi8(ah[j], wh))), ones);
+        } else {
+            EL_UNROLL for (int j = 0; j < NV; j++)
+                v[r * NV + j] = _mm256_madd_epi16(
+                    _mm256_add_epi16(_mm256_maddubs_epi16(ul, al[j]), _mm256_maddubs_epi16(uh, ah[j])), ones);
+        }
     }
     /* 16 sum(a) per activation, spread over the outputs that use it (NR = 4: all of them) */
-    for (int j = 0; j < NV; j++) {
-        const __m256i c = _mm256_madd_epi16(
-            _mm256_add_epi16(_mm256_maddubs_epi16(o16, al[j]), _mm256_maddubs_epi16(o16, ah[j])), ones);
-        for (int r = 0; r < NR; r++) t[r * NV + j] = c;
-    }
+    if (NR > 1)
+        EL_UNROLL for (int j = 0; j < NV; j++) {
+            const __m256i c = _mm256_madd_epi16(
+                _mm256_add_epi16(_mm256_maddubs_epi16(o16, al[j]), _mm256_maddubs_epi16(o16, ah[j])), ones);
+            EL_UNROLL for (int r = 0; r < NR; r++) t[r * NV + j] = c;
+        }
     const __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    const __m256i c = _mm256_hadd_epi32(_mm256_hadd_epi32(t[0], t[1]), _mm256_hadd_epi32(t[2], t[3]));
+    const __m256i c = NR > 1 ? _mm256_hadd_epi32(_mm256_hadd_epi32(t[0], t[1]), _mm256_hadd_epi32(t[2], t[3])) : zero;
     /* the scales in the same lanes: d(o, b) = dx(r, b) dy(j, b), one multiply each */
     __m256 dx, dy;
     if (NR == EL_MV_ROWS && NV == 1) {
@@ -402,7 +413,7 @@ EL_AVX2 EL_FORCE_INLINE void q5_0_pair(const uint8_t *pw, size_t ws, const int N
         dy = _mm256_cvtph_ps(_mm_set_epi64x((long long)(PAIR ? rep4_16(y0 + 34) : 0), (long long)rep4_16(y0)));
     } else {
         uint64_t lo = 0, hi = 0;
-        for (int j = 0; j < NV; j++) {
+        EL_UNROLL for (int j = 0; j < NV; j++) {
             const uint8_t *y0 = pa + j * as + i * 34;
             lo |= (uint64_t)ld16(y0) << 16 * j;
             if (PAIR) hi |= (uint64_t)ld16(y0 + 34) << 16 * j;
@@ -421,8 +432,8 @@ EL_AVX2 EL_FORCE_INLINE void vec_dot_q5_0_avx2_tile(size_t n, const void *w, siz
     if (i < nb) q5_0_pair(w, ws, NR, a, as, NV, i, 0, &acc);
     EL_ALIGN32 float f[8];
     _mm256_store_ps(f, acc);
-    for (int r = 0; r < NR; r++)
-        for (int j = 0; j < NV; j++) out[r * ldo + j] = f[r * NV + j] + f[4 + r * NV + j];
+    EL_UNROLL for (int r = 0; r < NR; r++)
+        EL_UNROLL for (int j = 0; j < NV; j++) out[r * ldo + j] = f[r * NV + j] + f[4 + r * NV + j];
 }
 EL_TILE_ENTRIES(EL_AVX2, vec_dot_q5_0_avx2, vec_dot_q5_0_avx2_tile)
 EL_DOT_MIN(vec_dot_q4_1_avx2, 20, load_q4_1)

@@ -12,9 +12,6 @@
 
 EL_AVX2 EL_FORCE_INLINE __m256 ld8h(const el_half *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
-/* the head and column loops must be unrolled for their accumulators to stay in registers */
-#define EL_UNROLL _Pragma("GCC unroll 4")
-
 /* GB (1..4) heads' dots with NK (1 or 2) key rows, one accumulator per (key, head): each q slice
  * is loaded once for both keys, and a key's score has the same operations whether or not it was
  * paired (eight FMA chains in flight at GB = 4, NK = 2) */

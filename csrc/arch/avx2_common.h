@@ -13,6 +13,9 @@
 /* Kernel bodies written once for NV activation rows (a compile-time constant at each call), so the
  * single-row vec_dot and every lane of vec_dot_nv run the same operations in the same order. */
 #define EL_FORCE_INLINE static inline __attribute__((always_inline))
+/* before the row / activation / head loops of such bodies: unrolled, their accumulator arrays live
+ * in registers; GCC otherwise may keep them on the stack (a store and reload on every FMA chain) */
+#define EL_UNROLL _Pragma("GCC unroll 16")
 
 /* vec_dot_nv entry and vec_dot from one body IMPL(n, w, a, a_stride, NV, out) */
 #define EL_NV_ENTRIES(ATTR, NAME, IMPL)                                                            \

@@ -23,23 +23,23 @@ EL_AVX2 EL_FORCE_INLINE void q45_K_tile(size_t n, const void *w, size_t ws, cons
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     __m256 acc[EL_MV_ROWS][EL_NV_MAX];
     __m128 accm[EL_MV_ROWS][EL_NV_MAX];
-    for (int r = 0; r < NR; r++)
-        for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps(), accm[r][v] = _mm_setzero_ps();
+    EL_UNROLL for (int r = 0; r < NR; r++)
+        EL_UNROLL for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps(), accm[r][v] = _mm_setzero_ps();
     for (size_t i = 0; i < n / QK_K; i++) {
         __m128i bs32[EL_NV_MAX];
         float yd[EL_NV_MAX];
-        for (int v = 0; v < NV; v++) {
+        EL_UNROLL for (int v = 0; v < NV; v++) {
             const uint8_t *y = pa + v * as + i * Q8K_BYTES;
             bs32[v] = bsums_pairs(y);
             yd[v] = load_f32(y);
         }
-        for (int r = 0; r < NR; r++) {
+        EL_UNROLL for (int r = 0; r < NR; r++) {
             const uint8_t *x = pw + r * ws + i * bbytes;
             const float xd = el_h2f(x), xmin = el_h2f(x + 2);
             const __m256i scmn = unpack_scales_mins_k4(x + 4);
             const __m256i sc = _mm256_permute2x128_si256(scmn, scmn, 0x00);
             __m256i s[EL_NV_MAX];
-            for (int v = 0; v < NV; v++) {
+            EL_UNROLL for (int v = 0; v < NV; v++) {
                 const __m128i mins = _mm_madd_epi16(_mm256_extracti128_si256(scmn, 1), bs32[v]);
                 accm[r][v] = _mm_fmadd_ps(_mm_set1_ps(yd[v] * xmin), _mm_cvtepi32_ps(mins), accm[r][v]);
                 s[v] = _mm256_setzero_si256();
@@ -57,19 +57,19 @@ EL_AVX2 EL_FORCE_INLINE void q45_K_tile(size_t n, const void *w, size_t ws, cons
                     hb = _mm256_srli_epi16(hb, 2);
                 }
                 const __m256i scl = scale_all(sc, 2 * j), sch = scale_all(sc, 2 * j + 1);
-                for (int v = 0; v < NV; v++) {
+                EL_UNROLL for (int v = 0; v < NV; v++) {
                     const uint8_t *q8 = pa + v * as + i * Q8K_BYTES + Q8K_QS;
                     const __m256i pl = _mm256_maddubs_epi16(ql, loadu256(q8 + 64 * j));
                     const __m256i ph = _mm256_maddubs_epi16(qh, loadu256(q8 + 64 * j + 32));
                     s[v] = _mm256_add_epi32(s[v], _mm256_add_epi32(_mm256_madd_epi16(scl, pl), _mm256_madd_epi16(sch, ph)));
                 }
             }
-            for (int v = 0; v < NV; v++)
+            EL_UNROLL for (int v = 0; v < NV; v++)
                 acc[r][v] = _mm256_fmadd_ps(_mm256_set1_ps(yd[v] * xd), _mm256_cvtepi32_ps(s[v]), acc[r][v]);
         }
     }
-    for (int r = 0; r < NR; r++)
-        for (int v = 0; v < NV; v++) {
+    EL_UNROLL for (int r = 0; r < NR; r++)
+        EL_UNROLL for (int v = 0; v < NV; v++) {
             __m128 m = _mm_add_ps(accm[r][v], _mm_movehl_ps(accm[r][v], accm[r][v]));
             m = _mm_add_ss(m, _mm_movehdup_ps(m));
             out[r * ldo + v] = el_hsum_ps(acc[r][v]) - _mm_cvtss_f32(m);
@@ -95,16 +95,16 @@ EL_AVX2 EL_FORCE_INLINE void q6_K_tile(size_t n, const void *w, size_t ws, const
     const uint8_t *pw = w, *pa = a;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
     __m256 acc[EL_MV_ROWS][EL_NV_MAX];
-    for (int r = 0; r < NR; r++)
-        for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps();
+    EL_UNROLL for (int r = 0; r < NR; r++)
+        EL_UNROLL for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps();
     for (size_t i = 0; i < n / QK_K; i++) {
-        for (int r = 0; r < NR; r++) {
+        EL_UNROLL for (int r = 0; r < NR; r++) {
             const uint8_t *x = pw + r * ws + i * sizeof(block_q6_K);
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + 192)));
             __m256i sc[2];
             split_scales16(sc16, &sc[0], &sc[1]);
             __m256i s[EL_NV_MAX];
-            for (int v = 0; v < NV; v++) {
+            EL_UNROLL for (int v = 0; v < NV; v++) {
                 const uint8_t *y = pa + v * as + i * Q8K_BYTES;
                 /* the offset term first: sum(u a sc) - 32 sum(sc bsums) */
                 s[v] = _mm256_sub_epi32(_mm256_setzero_si256(),
@@ -121,7 +121,7 @@ EL_AVX2 EL_FORCE_INLINE void q6_K_tile(size_t n, const void *w, size_t ws, const
                                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
                 const __m256i u3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
                                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
-                for (int v = 0; v < NV; v++) {
+                EL_UNROLL for (int v = 0; v < NV; v++) {
                     const uint8_t *q8 = pa + v * as + i * Q8K_BYTES + Q8K_QS + 128 * c;
                     const __m256i p0 = _mm256_madd_epi16(scale_pair(sc[c], 0), _mm256_maddubs_epi16(u0, loadu256(q8)));
                     const __m256i p1 = _mm256_madd_epi16(scale_pair(sc[c], 1), _mm256_maddubs_epi16(u1, loadu256(q8 + 32)));
@@ -131,14 +131,14 @@ EL_AVX2 EL_FORCE_INLINE void q6_K_tile(size_t n, const void *w, size_t ws, const
                 }
             }
             const float xd = el_h2f(x + 208);
-            for (int v = 0; v < NV; v++) {
+            EL_UNROLL for (int v = 0; v < NV; v++) {
                 const float yd = load_f32(pa + v * as + i * Q8K_BYTES);
                 acc[r][v] = _mm256_fmadd_ps(_mm256_set1_ps(yd * xd), _mm256_cvtepi32_ps(s[v]), acc[r][v]);
             }
         }
     }
-    for (int r = 0; r < NR; r++)
-        for (int v = 0; v < NV; v++) out[r * ldo + v] = el_hsum_ps(acc[r][v]);
+    EL_UNROLL for (int r = 0; r < NR; r++)
+        EL_UNROLL for (int v = 0; v < NV; v++) out[r * ldo + v] = el_hsum_ps(acc[r][v]);
 }
 EL_TILE_ENTRIES(EL_AVX2, vec_dot_q6_K_avx2, q6_K_tile)
 
