@@ -139,7 +139,14 @@ void el_matmul_act(el_pool *pool, int wtype, const void *w, size_t rows, size_t 
         t.rows_per_item = (per + EL_MV_ROWS - 1) / EL_MV_ROWS * EL_MV_ROWS; /* whole multi-row calls */
         t.vecs_per_item = 1;
     } else {
-        t.rows_per_item = MM_ROW_BLOCK;
+        /* a decode batch (one group of EL_NV_MAX vectors or fewer) has nothing to keep in L1 across
+         * groups: larger items, as for the matvec, hand out fewer of them */
+        size_t per = MM_ROW_BLOCK;
+        if (n_vec <= EL_NV_MAX) {
+            per = rows / ((size_t)nth * 8);
+            per = per < MM_ROW_BLOCK ? MM_ROW_BLOCK : per / MM_ROW_BLOCK * MM_ROW_BLOCK;
+        }
+        t.rows_per_item = per;
         t.vecs_per_item = MM_VEC_BLOCK;
         t.n_vb = (n_vec + MM_VEC_BLOCK - 1) / MM_VEC_BLOCK;
     }
