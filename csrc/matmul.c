@@ -105,12 +105,16 @@ static void mm_item(void *p, size_t item, size_t n_items) {
         float *yv = t->y + v * t->ldy;
         size_t r = r0;
         if (t->dot_tile && nv > 1) {
-            for (; r + EL_TILE_ROWS <= r1; r += EL_TILE_ROWS) {
+            /* the tile's rows far apart, as the matvec's: EL_TILE_ROWS ascending streams (adjacent
+             * rows in one call hop within a few KB and stall the prefetchers when weights stream) */
+            const size_t q = (r1 - r0) / EL_TILE_ROWS;
+            for (size_t k = 0; k < q; k++) {
                 float out[EL_TILE_ROWS * EL_NV_MAX];
-                t->dot_tile(t->cols, t->w + r * t->w_row, t->w_row, a, t->a_row, nv, out, EL_NV_MAX);
+                t->dot_tile(t->cols, t->w + (r0 + k) * t->w_row, q * t->w_row, a, t->a_row, nv, out, EL_NV_MAX);
                 for (size_t i = 0; i < EL_TILE_ROWS; i++)
-                    for (size_t j = 0; j < nv; j++) yv[j * t->ldy + r + i] = out[i * EL_NV_MAX + j];
+                    for (size_t j = 0; j < nv; j++) yv[j * t->ldy + r0 + k + i * q] = out[i * EL_NV_MAX + j];
             }
+            r = r0 + q * EL_TILE_ROWS;
         }
         for (; r < r1; r++) {
             const char *wr = t->w + r * t->w_row;

@@ -287,19 +287,6 @@ EL_AVX2 static inline __m256i load_q5_1(const uint8_t *b) {
     }                                                                                              \
     EL_TILE_ENTRIES(EL_AVX2, NAME, NAME##_tile)
 
-/* Q8_0: x signed; vpmaddubsw wants one unsigned operand, so |x| and y with x's sign. Exact unless
- * a byte of x is -128 (|x| wraps): no quantizer here produces -128 in weights. */
-EL_AVX2 static inline void prep_q8_0(const uint8_t *x, __m256i *p0, __m256i *p1) {
-    *p0 = load_q8_0(x);
-    *p1 = _mm256_sign_epi8(*p0, *p0);
-}
-EL_AVX2 static inline __m256i apre_none(__m256i y) { return y; }
-EL_AVX2 static inline __m256 act_sign(__m256i x, __m256i ax, __m256i y, __m256i unused) {
-    (void)unused;
-    const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x));
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-}
-
 /* Q4_0 keeps its quants unsigned (u = value + 8) for vpmaddubsw and takes the offset off with a
  * second vpmaddubsw: sum((u - 8) a) = sum(u a) - sum(8 a). sum(8 a) depends on the activation block
  * alone, so a multi-row call does it once for all rows. Both int16 sums are exact: |u a| <= 2 * 15 *
@@ -315,31 +302,115 @@ EL_AVX2 static inline __m256 act_off(__m256i u, __m256i unused, __m256i a, __m25
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
 
-EL_DOT_SYM(vec_dot_q8_0_avx2, 34, prep_q8_0, apre_none, act_sign)
 EL_DOT_SYM(vec_dot_q4_0_avx2, 18, prep_q4_0, apre_off8, act_off)
 
-/* Q5_0 x Q8_0 (22-byte blocks: fp16 d, 32 high bits qh, 16 bytes of nibbles qs), a pair of blocks
- * per register: the 16 nibble bytes of block 0 in the low lane and of block 1 in the high lane, so
- * low nibbles (values 0-15) and high nibbles (values 16-31) each fill one register with one and /
- * shift, and the activation halves are paired to match (once per activation, shared by the rows).
- * u = nibble + 16 h = value + 16 goes to vpmaddubsw unsigned; |u a| <= 31 * 128 per product and
- * a pair of products plus the other half's pair stays < 2^15, so the int16 sums are exact.
- * Every output o = r * NV + j (NR * NV <= 4) then reduces to one int32 per block with two vphaddd
- * levels shared by the four outputs: lanes [o0 o1 o2 o3 of block i | o0 o1 o2 o3 of block i + 1].
- * 16 sum(a) comes off those exact block sums, and one convert and one FMA per pair serve all four
- * outputs: the float work is a quarter of a per-output accumulator's, and each block's integer dot
- * is exact, as in the scalar reference. An odd last block pairs with a zero block of scale 0. */
-_Static_assert(EL_MV_ROWS <= 4 && EL_NV_MAX <= 4, "q5_0_pair packs at most 4 outputs per register");
-static const uint8_t q5_0_zero_w[22], q8_0_zero_a[34];
+/* ---- Q5_0 and Q8_0 x Q8_0: two blocks per register ----
+ * A register holds 16 bytes of block i in its low lane and the same 16 bytes of block i + 1 in its
+ * high lane, so each block pair takes two registers per operand (values 0-15, values 16-31) and the
+ * activation halves are paired once per activation, shared by the rows. Each output's two 128-bit
+ * lanes then hold its partial sums of blocks i and i + 1; two vphaddd levels reduce four outputs at
+ * once to one register [o0 o1 o2 o3 of block i | o0 o1 o2 o3 of block i + 1] of exact block sums, and
+ * one convert, one scale multiply and one FMA per pair serve the four. Each block's integer dot is
+ * exact, as in the scalar reference; per output the float steps are, per pair, acc_k += d cvt(sum)
+ * in its lanes k and 4 + k and at the end lane k + lane 4 + k, whatever the shape (NR rows x NV
+ * activations, at most 8 outputs o = r * NV + j in groups of four): vec_dot, vec_dot_nv, the
+ * two-row tile and vec_dot_rows give the same bits. An odd last block pairs with a zero block. */
+#define PAIR_OUT_MAX 8
+_Static_assert(EL_TILE_ROWS * EL_NV_MAX <= PAIR_OUT_MAX && EL_MV_ROWS <= PAIR_OUT_MAX, "pair kernels: outputs");
+static const uint8_t q5_0_zero_w[22], q8_0_zero_w[34], q8_0_zero_a[34];
 
 EL_AVX2 static inline __m256i loadu2_128(const uint8_t *lo, const uint8_t *hi) {
     return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)lo)),
                                    _mm_loadu_si128((const __m128i *)hi), 1);
 }
 
-/* the two blocks' first 16 bytes (d, qh, ...) in one register, lane 0 block i, lane 1 block i + 1
- * -> 0x10 where a high bit is set, for the low-nibble register (bits 0-15 of each block's qh) and
- * the high-nibble one (bits 16-31) */
+/* four fp16 repeated: the 64-bit pattern of [h h h h] */
+static inline uint64_t rep4_16(const uint8_t *p) { return (uint64_t)ld16(p) * 0x0001000100010001ULL; }
+
+/* the fp16 scales at p0..p3 (block i) in lanes 0-3 and at pk + bytes (block i + 1, if pair) in lanes
+ * 4-7, as floats; lanes k >= nk are zero */
+EL_AVX2 static inline __m256 halves_group(const uint8_t *p0, const uint8_t *p1, const uint8_t *p2, const uint8_t *p3,
+                                          int nk, size_t bytes, int pair) {
+    const uint8_t *q[4] = {p0, p1, p2, p3};
+    uint64_t lo = 0, hi = 0;
+    for (int k = 0; k < nk; k++) {
+        lo |= (uint64_t)ld16(q[k]) << 16 * k;
+        if (pair) hi |= (uint64_t)ld16(q[k] + bytes) << 16 * k;
+    }
+    return _mm256_cvtph_ps(_mm_set_epi64x((long long)hi, (long long)lo));
+}
+
+EL_AVX2 static inline __m256i hsum4_epi32(__m256i a, __m256i b, __m256i c, __m256i d) {
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+}
+
+/* The float side of a pair: v[o] are output o's int32 partial sums (lanes 0-3 block i, 4-7 block
+ * i + 1), minus t[o] when T (Q5_0's 16 sum(a)); the weight blocks are WB bytes, the scale first.
+ * DX: the caller has the four rows' scales of a vec_dot_rows call in dx4 already. */
+EL_AVX2 EL_FORCE_INLINE void pair_finish(const uint8_t *pw, size_t ws, const size_t WB, const int NR, const uint8_t *pa,
+                                         size_t as, const int NV, size_t i, const int PAIR, const __m256i *v,
+                                         const int T, const __m256i *t, const int DX, __m256 dx4, __m256 *acc) {
+    const int NO = NR * NV, NG = (NO + 3) / 4;
+    const uint8_t *x = pw + i * WB, *y = pa + i * 34;
+    EL_UNROLL for (int g = 0; g < NG; g++) {
+        const int nk = NO - 4 * g < 4 ? NO - 4 * g : 4;
+        __m256i u[4];
+        EL_UNROLL for (int k = 0; k < 4; k++) u[k] = T ? _mm256_sub_epi32(v[4 * g + k], t[4 * g + k]) : v[4 * g + k];
+        const __m256i s = hsum4_epi32(u[0], u[1], u[2], u[3]);
+        /* d(o, b) = dx(r, b) dy(j, b), one multiply each; a group is one row when NV = 4 */
+        __m256 dx, dy;
+        if (DX) {
+            dx = dx4;
+        } else if (NV == 4 || NR == 1) {
+            const uint8_t *x0 = x + (NV == 4 ? g : 0) * ws;
+            dx = _mm256_cvtph_ps(_mm_set_epi64x((long long)(PAIR ? rep4_16(x0 + WB) : 0), (long long)rep4_16(x0)));
+        } else {
+            const int o = 4 * g;
+            dx = halves_group(x + (o / NV) * ws, x + ((o + 1) / NV) * ws, x + ((o + 2) / NV) * ws,
+                              x + ((o + 3) / NV) * ws, nk, WB, PAIR);
+        }
+        if (NV == 1) {
+            dy = _mm256_cvtph_ps(_mm_set_epi64x((long long)(PAIR ? rep4_16(y + 34) : 0), (long long)rep4_16(y)));
+        } else {
+            const int o = 4 * g;
+            dy = halves_group(y + (o % NV) * as, y + ((o + 1) % NV) * as, y + ((o + 2) % NV) * as,
+                              y + ((o + 3) % NV) * as, nk, 34, PAIR);
+        }
+        acc[g] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(s), acc[g]);
+    }
+}
+
+/* the activation pairs of the NV rows: al values 0-15, ah values 16-31 */
+EL_AVX2 EL_FORCE_INLINE void pair_acts(const uint8_t *pa, size_t as, const int NV, size_t i, const int PAIR,
+                                       __m256i *al, __m256i *ah) {
+    EL_UNROLL for (int j = 0; j < NV; j++) {
+        const uint8_t *y0 = pa + j * as + i * 34, *y1 = PAIR ? y0 + 34 : q8_0_zero_a;
+        al[j] = loadu2_128(y0 + 2, y1 + 2);
+        ah[j] = loadu2_128(y0 + 18, y1 + 18);
+    }
+}
+
+/* sum(w a) of signed w (|w| <= 128 as unsigned) and a (|a| <= 127), both halves: |w| against a with
+ * w's sign through vpmaddubsw; HALVES16: the two halves' int16 sums may be added before vpmaddwd
+ * (|w| <= 16), else each half goes to int32 (pair sums <= 2 * 128 * 127 < 2^15: exact either way) */
+EL_AVX2 static inline __m256i dot_signed(__m256i wl, __m256i wh, __m256i pl, __m256i ph, __m256i al, __m256i ah,
+                                        int halves16) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i l = _mm256_maddubs_epi16(pl, _mm256_sign_epi8(al, wl));
+    const __m256i h = _mm256_maddubs_epi16(ph, _mm256_sign_epi8(ah, wh));
+    if (halves16) return _mm256_madd_epi16(_mm256_add_epi16(l, h), ones);
+    return _mm256_add_epi32(_mm256_madd_epi16(l, ones), _mm256_madd_epi16(h, ones));
+}
+
+/* Q5_0 (22-byte blocks: fp16 d, 32 high bits qh, 16 bytes of nibbles qs): low nibbles (values
+ * 0-15) and high nibbles (values 16-31) each fill one register with one and / shift, the high bits
+ * spread from qh. u = nibble + 16 h = w + 16 in 0..31. Several rows: u goes to vpmaddubsw unsigned
+ * (|u a| <= 31 * 128; a pair plus the other half's pair < 2^15) and 16 sum(a), once per activation,
+ * comes off the exact block sums. One row: that would be a second dot for this row alone, so w
+ * against a with w's sign instead; the same integers. */
+
+/* h: the two blocks' first 16 bytes (d, qh, ...), lane 0 block i, lane 1 block i + 1 -> 0x10 where a
+ * high bit is set, for the low-nibble register (bits 0-15 of qh) and the high-nibble one (16-31) */
 EL_AVX2 static inline void q5_0_pair_high(__m256i h, __m256i *hl, __m256i *hh) {
     const __m256i spread_l = _mm256_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
                                               2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
@@ -350,92 +421,92 @@ EL_AVX2 static inline void q5_0_pair_high(__m256i h, __m256i *hl, __m256i *hh) {
     *hh = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(h, spread_h), bit), bit), b16);
 }
 
-/* four fp16 repeated: the 64-bit pattern of [h h h h] */
-static inline uint64_t rep4_16(const uint8_t *p) { return (uint64_t)ld16(p) * 0x0001000100010001ULL; }
-
-/* blocks i and i + 1 (PAIR = 0: block i and a zero block) of NR rows x NV activations into acc,
- * lanes [o | 4 + o] of output o = r * NV + j */
 EL_AVX2 EL_FORCE_INLINE void q5_0_pair(const uint8_t *pw, size_t ws, const int NR, const uint8_t *pa, size_t as,
                                        const int NV, size_t i, const int PAIR, __m256 *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1), o16 = _mm256_set1_epi8(16);
-    const __m256i zero = _mm256_setzero_si256();
-    __m256i al[EL_NV_MAX], ah[EL_NV_MAX], t[4], v[4], h[EL_MV_ROWS];
-    EL_UNROLL for (int j = 0; j < NV; j++) {
-        const uint8_t *y0 = pa + j * as + i * 34, *y1 = PAIR ? y0 + 34 : q8_0_zero_a;
-        al[j] = loadu2_128(y0 + 2, y1 + 2);
-        ah[j] = loadu2_128(y0 + 18, y1 + 18);
-    }
-    EL_UNROLL for (int o = 0; o < 4; o++) t[o] = v[o] = zero;
+    __m256i al[EL_NV_MAX], ah[EL_NV_MAX], v[PAIR_OUT_MAX], t[PAIR_OUT_MAX], h[PAIR_OUT_MAX];
+    pair_acts(pa, as, NV, i, PAIR, al, ah);
+    EL_UNROLL for (int o = 0; o < PAIR_OUT_MAX; o++) t[o] = v[o] = _mm256_setzero_si256();
     EL_UNROLL for (int r = 0; r < NR; r++) {
         const uint8_t *x0 = pw + r * ws + i * 22, *x1 = PAIR ? x0 + 22 : q5_0_zero_w;
-        h[r] = loadu2_128(x0, x1);
         const __m256i q = loadu2_128(x0 + 6, x1 + 6);
         __m256i hl, hh;
+        h[r] = loadu2_128(x0, x1);
         q5_0_pair_high(h[r], &hl, &hh);
         const __m256i ul = _mm256_or_si256(_mm256_and_si256(q, m4), hl);
         const __m256i uh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hh);
         if (NR == 1) {
-            /* one row: 16 sum(a) would be one more dot per activation for this row alone; the signed
-             * values w = u - 16 against a with w's sign give sum(w a) at once, the same integer */
             const __m256i wl = _mm256_sub_epi8(ul, o16), wh = _mm256_sub_epi8(uh, o16);
             const __m256i pl = _mm256_sign_epi8(wl, wl), ph = _mm256_sign_epi8(wh, wh);
-            EL_UNROLL for (int j = 0; j < NV; j++)
-                v[j] = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(pl, _mm256_sign_epi8(al[j], wl)),
-                                                          _mm256_maddubs_epi16(ph, _mm256_sign_epi8(ah[j], wh))), ones);
+            EL_UNROLL for (int j = 0; j < NV; j++) v[j] = dot_signed(wl, wh, pl, ph, al[j], ah[j], 1);
         } else {
             EL_UNROLL for (int j = 0; j < NV; j++)
                 v[r * NV + j] = _mm256_madd_epi16(
                     _mm256_add_epi16(_mm256_maddubs_epi16(ul, al[j]), _mm256_maddubs_epi16(uh, ah[j])), ones);
         }
     }
-    /* 16 sum(a) per activation, spread over the outputs that use it (NR = 4: all of them) */
     if (NR > 1)
         EL_UNROLL for (int j = 0; j < NV; j++) {
             const __m256i c = _mm256_madd_epi16(
                 _mm256_add_epi16(_mm256_maddubs_epi16(o16, al[j]), _mm256_maddubs_epi16(o16, ah[j])), ones);
             EL_UNROLL for (int r = 0; r < NR; r++) t[r * NV + j] = c;
         }
-    const __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    const __m256i c = NR > 1 ? _mm256_hadd_epi32(_mm256_hadd_epi32(t[0], t[1]), _mm256_hadd_epi32(t[2], t[3])) : zero;
-    /* the scales in the same lanes: d(o, b) = dx(r, b) dy(j, b), one multiply each */
-    __m256 dx, dy;
-    if (NR == EL_MV_ROWS && NV == 1) {
-        /* word 0 of each lane of h[r] is dx(r, b): gather them to [dx0 dx1 dx2 dx3] per lane */
+    /* rows (NR = 4, NV = 1): word 0 of each lane of h[r] is dx(r, b); gathered to [dx0 dx1 dx2 dx3] per lane */
+    const int DX = NR == EL_MV_ROWS && NV == 1;
+    __m256 dx4 = _mm256_setzero_ps();
+    if (DX) {
         const __m256i x01 = _mm256_unpacklo_epi16(h[0], h[1]), x23 = _mm256_unpacklo_epi16(h[2], h[3]);
-        const __m256i x0123 = _mm256_permute4x64_epi64(_mm256_unpacklo_epi32(x01, x23), 0x08);
-        dx = _mm256_cvtph_ps(_mm256_castsi256_si128(x0123));
-    } else {
-        const uint8_t *x0 = pw + i * 22;
-        dx = _mm256_cvtph_ps(_mm_set_epi64x((long long)(PAIR ? rep4_16(x0 + 22) : 0), (long long)rep4_16(x0)));
+        dx4 = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_unpacklo_epi32(x01, x23), 0x08)));
     }
-    if (NV == 1) {
-        const uint8_t *y0 = pa + i * 34;
-        dy = _mm256_cvtph_ps(_mm_set_epi64x((long long)(PAIR ? rep4_16(y0 + 34) : 0), (long long)rep4_16(y0)));
-    } else {
-        uint64_t lo = 0, hi = 0;
-        EL_UNROLL for (int j = 0; j < NV; j++) {
-            const uint8_t *y0 = pa + j * as + i * 34;
-            lo |= (uint64_t)ld16(y0) << 16 * j;
-            if (PAIR) hi |= (uint64_t)ld16(y0 + 34) << 16 * j;
-        }
-        dy = _mm256_cvtph_ps(_mm_set_epi64x((long long)hi, (long long)lo));
-    }
-    *acc = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(_mm256_sub_epi32(s, c)), *acc);
+    pair_finish(pw, ws, 22, NR, pa, as, NV, i, PAIR, v, NR > 1, t, DX, dx4, acc);
 }
 
-EL_AVX2 EL_FORCE_INLINE void vec_dot_q5_0_avx2_tile(size_t n, const void *w, size_t ws, const int NR, const void *a,
-                                                    size_t as, const int NV, float *out, size_t ldo) {
-    const size_t nb = n / 32;
-    __m256 acc = _mm256_setzero_ps();
-    size_t i = 0;
-    for (; i + 2 <= nb; i += 2) q5_0_pair(w, ws, NR, a, as, NV, i, 1, &acc);
-    if (i < nb) q5_0_pair(w, ws, NR, a, as, NV, i, 0, &acc);
-    EL_ALIGN32 float f[8];
-    _mm256_store_ps(f, acc);
-    EL_UNROLL for (int r = 0; r < NR; r++)
-        EL_UNROLL for (int j = 0; j < NV; j++) out[r * ldo + j] = f[r * NV + j] + f[4 + r * NV + j];
+/* Q8_0 (34-byte blocks: fp16 d, 32 int8): w against a with w's sign, each half to int32 */
+EL_AVX2 EL_FORCE_INLINE void q8_0_pair(const uint8_t *pw, size_t ws, const int NR, const uint8_t *pa, size_t as,
+                                       const int NV, size_t i, const int PAIR, __m256 *acc) {
+    __m256i al[EL_NV_MAX], ah[EL_NV_MAX], v[PAIR_OUT_MAX];
+    pair_acts(pa, as, NV, i, PAIR, al, ah);
+    EL_UNROLL for (int o = NR * NV; o < PAIR_OUT_MAX; o++) v[o] = _mm256_setzero_si256();
+    EL_UNROLL for (int r = 0; r < NR; r++) {
+        const uint8_t *x0 = pw + r * ws + i * 34, *x1 = PAIR ? x0 + 34 : q8_0_zero_w;
+        const __m256i wl = loadu2_128(x0 + 2, x1 + 2), wh = loadu2_128(x0 + 18, x1 + 18);
+        const __m256i pl = _mm256_sign_epi8(wl, wl), ph = _mm256_sign_epi8(wh, wh);
+        EL_UNROLL for (int j = 0; j < NV; j++) v[r * NV + j] = dot_signed(wl, wh, pl, ph, al[j], ah[j], 0);
+    }
+    pair_finish(pw, ws, 34, NR, pa, as, NV, i, PAIR, v, 0, v, 0, _mm256_setzero_ps(), acc);
 }
-EL_TILE_ENTRIES(EL_AVX2, vec_dot_q5_0_avx2, vec_dot_q5_0_avx2_tile)
+
+/* vec_dot, vec_dot_nv, vec_dot_rows and the two-row vec_dot_tile of a pair kernel */
+#define EL_PAIR_ENTRIES(NAME, PAIRFN)                                                              \
+    EL_AVX2 EL_FORCE_INLINE void NAME##_tile(size_t n, const void *w, size_t ws, const int NR, const void *a, \
+                                             size_t as, const int NV, float *out, size_t ldo) {    \
+        const size_t nb = n / 32;                                                                  \
+        __m256 acc[PAIR_OUT_MAX / 4] = {_mm256_setzero_ps(), _mm256_setzero_ps()};                 \
+        size_t i = 0;                                                                              \
+        for (; i + 2 <= nb; i += 2) PAIRFN(w, ws, NR, a, as, NV, i, 1, acc);                       \
+        if (i < nb) PAIRFN(w, ws, NR, a, as, NV, i, 0, acc);                                       \
+        EL_ALIGN32 float f[PAIR_OUT_MAX / 4][8];                                                   \
+        EL_UNROLL for (int g = 0; g < (NR * NV + 3) / 4; g++) _mm256_store_ps(f[g], acc[g]);       \
+        EL_UNROLL for (int r = 0; r < NR; r++)                                                     \
+            EL_UNROLL for (int j = 0; j < NV; j++) {                                               \
+                const int o = r * NV + j;                                                          \
+                out[r * ldo + j] = f[o / 4][o % 4] + f[o / 4][4 + o % 4];                          \
+            }                                                                                      \
+    }                                                                                              \
+    EL_TILE_ENTRIES(EL_AVX2, NAME, NAME##_tile)                                                    \
+    EL_AVX2 static void NAME##_tile2(size_t n, const void *w, size_t ws, const void *a, size_t as, size_t nv, \
+                                     float *out, size_t ldo) {                                    \
+        switch (nv) {                                                                              \
+        case 1: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 1, out, ldo); break;                    \
+        case 2: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 2, out, ldo); break;                    \
+        case 3: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 3, out, ldo); break;                    \
+        default: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 4, out, ldo); break;                   \
+        }                                                                                          \
+    }
+
+EL_PAIR_ENTRIES(vec_dot_q5_0_avx2, q5_0_pair)
+EL_PAIR_ENTRIES(vec_dot_q8_0_avx2, q8_0_pair)
+
 EL_DOT_MIN(vec_dot_q4_1_avx2, 20, load_q4_1)
 EL_DOT_MIN(vec_dot_q5_1_avx2, 24, load_q5_1)
 
@@ -528,8 +599,10 @@ void el_kernels_fill_avx2(el_kernels *k) {
     k->vec_dot_nv[EL_TYPE_Q4_1] = vec_dot_q4_1_avx2_nv;
     k->vec_dot_nv[EL_TYPE_Q5_1] = vec_dot_q5_1_avx2_nv;
     k->vec_dot_rows[EL_TYPE_Q8_0] = vec_dot_q8_0_avx2_rows;
+    k->vec_dot_tile[EL_TYPE_Q8_0] = vec_dot_q8_0_avx2_tile2;
     k->vec_dot_rows[EL_TYPE_Q4_0] = vec_dot_q4_0_avx2_rows;
     k->vec_dot_rows[EL_TYPE_Q5_0] = vec_dot_q5_0_avx2_rows;
+    k->vec_dot_tile[EL_TYPE_Q5_0] = vec_dot_q5_0_avx2_tile2;
     k->vec_dot_rows[EL_TYPE_Q4_1] = vec_dot_q4_1_avx2_rows;
     k->vec_dot_rows[EL_TYPE_Q5_1] = vec_dot_q5_1_avx2_rows;
     k->quantize_act[EL_TYPE_Q8_0] = quantize_q8_0_avx2;
