@@ -52,8 +52,8 @@ AVX2_KERNELS: dict[str, set[int]] = {
     "vec_dot": {T.F32, T.F16, T.BF16} | LEGACY | K_QUANTS,
     "quantize_act": ACT_TYPES,
     "vec_dot_nv": LEGACY | {T.Q4_K, T.Q5_K, T.Q6_K},
-    # 2 x 4 tiles for the two-blocks-per-register kernels (csrc/arch/avx2.c)
-    "vec_dot_tile": {T.Q5_0, T.Q8_0},
+    # 2 x 4 tiles: the two-blocks-per-register kernels (csrc/arch/avx2.c), Q4_K and Q6_K
+    "vec_dot_tile": {T.Q5_0, T.Q8_0, T.Q4_K, T.Q6_K},
     "vec_dot_rows": LEGACY | {T.Q4_K, T.Q6_K},
 }
 # NEON (csrc/arch/neon_batch.c): nv kernels for every quantized type; 2 x 4 tiles for the 32-value

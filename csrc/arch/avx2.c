@@ -494,15 +494,7 @@ EL_AVX2 EL_FORCE_INLINE void q8_0_pair(const uint8_t *pw, size_t ws, const int N
             }                                                                                      \
     }                                                                                              \
     EL_TILE_ENTRIES(EL_AVX2, NAME, NAME##_tile)                                                    \
-    EL_AVX2 static void NAME##_tile2(size_t n, const void *w, size_t ws, const void *a, size_t as, size_t nv, \
-                                     float *out, size_t ldo) {                                    \
-        switch (nv) {                                                                              \
-        case 1: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 1, out, ldo); break;                    \
-        case 2: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 2, out, ldo); break;                    \
-        case 3: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 3, out, ldo); break;                    \
-        default: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 4, out, ldo); break;                   \
-        }                                                                                          \
-    }
+    EL_TILE2_ENTRY(EL_AVX2, NAME, NAME##_tile)
 
 EL_PAIR_ENTRIES(vec_dot_q5_0_avx2, q5_0_pair)
 EL_PAIR_ENTRIES(vec_dot_q8_0_avx2, q8_0_pair)

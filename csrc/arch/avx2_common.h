@@ -48,6 +48,18 @@
     }                                                                                              \
     EL_NV_ENTRIES(ATTR, NAME, NAME##_one)
 
+/* vec_dot_tile (EL_TILE_ROWS weight rows x nv activation rows) from a tile body: NAME##_tile2 */
+#define EL_TILE2_ENTRY(ATTR, NAME, TILE)                                                           \
+    ATTR static void NAME##_tile2(size_t n, const void *w, size_t ws, const void *a, size_t as, size_t nv, \
+                                  float *out, size_t ldo) {                                       \
+        switch (nv) {                                                                              \
+        case 1: TILE(n, w, ws, EL_TILE_ROWS, a, as, 1, out, ldo); break;                           \
+        case 2: TILE(n, w, ws, EL_TILE_ROWS, a, as, 2, out, ldo); break;                           \
+        case 3: TILE(n, w, ws, EL_TILE_ROWS, a, as, 3, out, ldo); break;                           \
+        default: TILE(n, w, ws, EL_TILE_ROWS, a, as, 4, out, ldo); break;                          \
+        }                                                                                          \
+    }
+
 /* vec_dot, vec_dot_nv and vec_dot_rows from one tile body */
 #define EL_TILE_ENTRIES(ATTR, NAME, TILE) EL_TILE_NV_ENTRIES(ATTR, NAME, TILE) EL_ROWS_ENTRY(ATTR, NAME, TILE)
 

@@ -84,6 +84,7 @@ EL_AVX2 EL_FORCE_INLINE void q5_K_tile(size_t n, const void *w, size_t ws, const
     q45_K_tile(n, w, ws, NR, a, as, NV, out, ldo, 1);
 }
 EL_TILE_ENTRIES(EL_AVX2, vec_dot_q4_K_avx2, q4_K_tile)
+EL_TILE2_ENTRY(EL_AVX2, vec_dot_q4_K_avx2, q4_K_tile)
 /* Q5_K serves vec_dot and vec_dot_nv only (see the fill below for why no rows entry) */
 EL_TILE_NV_ENTRIES(EL_AVX2, vec_dot_q5_K_avx2, q5_K_tile)
 
@@ -141,6 +142,7 @@ EL_AVX2 EL_FORCE_INLINE void q6_K_tile(size_t n, const void *w, size_t ws, const
         EL_UNROLL for (int v = 0; v < NV; v++) out[r * ldo + v] = el_hsum_ps(acc[r][v]);
 }
 EL_TILE_ENTRIES(EL_AVX2, vec_dot_q6_K_avx2, q6_K_tile)
+EL_TILE2_ENTRY(EL_AVX2, vec_dot_q6_K_avx2, q6_K_tile)
 
 /* ---- Q3_K: hmask[32], qs[64] at 32, scales[12] at 96, d at 108 ----
  * Level = lo - 4 (1 - h) = (lo | h << 2) - 4: unsigned 0..7 for vpmaddubsw, minus 4 sum(sc bsums). */
@@ -298,6 +300,8 @@ void el_kernels_fill_avx2_kquants(el_kernels *k) {
     k->vec_dot_nv[EL_TYPE_Q6_K] = vec_dot_q6_K_avx2_nv;
     k->vec_dot_rows[EL_TYPE_Q4_K] = vec_dot_q4_K_avx2_rows;
     k->vec_dot_rows[EL_TYPE_Q6_K] = vec_dot_q6_K_avx2_rows;
+    k->vec_dot_tile[EL_TYPE_Q4_K] = vec_dot_q4_K_avx2_tile2;
+    k->vec_dot_tile[EL_TYPE_Q6_K] = vec_dot_q6_K_avx2_tile2;
     /* no Q5_K rows entry: q5_K_tile with 4 rows ran faster from cache but 15-30% slower streaming a
      * 138 MB matrix from DRAM (bench/kernels.py, alternated with the one-row kernel) */
     k->quantize_act[EL_TYPE_Q8_K] = quantize_q8_K_avx2;
