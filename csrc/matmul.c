@@ -129,6 +129,15 @@ static void mm_item(void *p, size_t item, size_t n_items) {
     }
 }
 
+/* Rows per item when one item is one stream of rows (the matvec, a decode batch): about 8 items
+ * per thread, so a thread that is descheduled holds up at most one of them; at least MM_ROW_BLOCK,
+ * rounded up to whole multi-row calls of `multiple` rows. */
+static size_t stream_rows_per_item(size_t rows, int nth, size_t multiple) {
+    size_t per = rows / ((size_t)nth * 8);
+    if (per < MM_ROW_BLOCK) per = MM_ROW_BLOCK;
+    return (per + multiple - 1) / multiple * multiple;
+}
+
 void el_matmul_act(el_pool *pool, int wtype, const void *w, size_t rows, size_t cols, const void *act,
                    size_t n_vec, float *y, size_t ldy) {
     const el_kernels *k = el_kern();
@@ -137,20 +146,12 @@ void el_matmul_act(el_pool *pool, int wtype, const void *w, size_t rows, size_t 
                  el_row_bytes(wtype, cols), el_act_bytes(wtype, cols, 1),
                  rows, cols, n_vec, ldy, 0, 0, 1, act, y};
     if (n_vec == 1) {
-        /* about 8 items per thread: a thread that is descheduled holds up at most one of them */
-        size_t per = rows / ((size_t)nth * 8);
-        if (per < MM_ROW_BLOCK) per = MM_ROW_BLOCK;
-        t.rows_per_item = (per + EL_MV_ROWS - 1) / EL_MV_ROWS * EL_MV_ROWS; /* whole multi-row calls */
+        t.rows_per_item = stream_rows_per_item(rows, nth, EL_MV_ROWS);
         t.vecs_per_item = 1;
     } else {
         /* a decode batch (one group of EL_NV_MAX vectors or fewer) has nothing to keep in L1 across
-         * groups: larger items, as for the matvec, hand out fewer of them */
-        size_t per = MM_ROW_BLOCK;
-        if (n_vec <= EL_NV_MAX) {
-            per = rows / ((size_t)nth * 8);
-            per = per < MM_ROW_BLOCK ? MM_ROW_BLOCK : per / MM_ROW_BLOCK * MM_ROW_BLOCK;
-        }
-        t.rows_per_item = per;
+         * groups: its items are streams, as the matvec's */
+        t.rows_per_item = n_vec <= EL_NV_MAX ? stream_rows_per_item(rows, nth, MM_ROW_BLOCK) : MM_ROW_BLOCK;
         t.vecs_per_item = MM_VEC_BLOCK;
         t.n_vb = (n_vec + MM_VEC_BLOCK - 1) / MM_VEC_BLOCK;
     }

@@ -316,7 +316,8 @@ EL_DOT_SYM(vec_dot_q4_0_avx2, 18, prep_q4_0, apre_off8, act_off)
  * activations, at most 8 outputs o = r * NV + j in groups of four): vec_dot, vec_dot_nv, the
  * two-row tile and vec_dot_rows give the same bits. An odd last block pairs with a zero block. */
 #define PAIR_OUT_MAX 8
-_Static_assert(EL_TILE_ROWS * EL_NV_MAX <= PAIR_OUT_MAX && EL_MV_ROWS <= PAIR_OUT_MAX, "pair kernels: outputs");
+_Static_assert(EL_TILE_ROWS * EL_NV_MAX <= PAIR_OUT_MAX && EL_MV_ROWS <= PAIR_OUT_MAX && EL_TILE_ROWS <= EL_MV_ROWS,
+               "pair kernels: outputs, rows");
 static const uint8_t q5_0_zero_w[22], q8_0_zero_w[34], q8_0_zero_a[34];
 
 EL_AVX2 static inline __m256i loadu2_128(const uint8_t *lo, const uint8_t *hi) {
@@ -402,13 +403,6 @@ EL_AVX2 static inline __m256i dot_signed(__m256i wl, __m256i wh, __m256i pl, __m
     return _mm256_add_epi32(_mm256_madd_epi16(l, ones), _mm256_madd_epi16(h, ones));
 }
 
-/* Q5_0 (22-byte blocks: fp16 d, 32 high bits qh, 16 bytes of nibbles qs): low nibbles (values
- * 0-15) and high nibbles (values 16-31) each fill one register with one and / shift, the high bits
- * spread from qh. u = nibble + 16 h = w + 16 in 0..31. Several rows: u goes to vpmaddubsw unsigned
- * (|u a| <= 31 * 128; a pair plus the other half's pair < 2^15) and 16 sum(a), once per activation,
- * comes off the exact block sums. One row: that would be a second dot for this row alone, so w
- * against a with w's sign instead; the same integers. */
-
 /* h: the two blocks' first 16 bytes (d, qh, ...), lane 0 block i, lane 1 block i + 1 -> 0x10 where a
  * high bit is set, for the low-nibble register (bits 0-15 of qh) and the high-nibble one (16-31) */
 EL_AVX2 static inline void q5_0_pair_high(__m256i h, __m256i *hl, __m256i *hh) {
@@ -421,10 +415,16 @@ EL_AVX2 static inline void q5_0_pair_high(__m256i h, __m256i *hl, __m256i *hh) {
     *hh = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(h, spread_h), bit), bit), b16);
 }
 
+/* Q5_0 (22-byte blocks: fp16 d, 32 high bits qh, 16 bytes of nibbles qs): low nibbles (values
+ * 0-15) and high nibbles (values 16-31) each fill one register with one and / shift, the high bits
+ * spread from qh. u = nibble + 16 h = w + 16 in 0..31. Several rows: u goes to vpmaddubsw unsigned
+ * (|u a| <= 31 * 128; a pair plus the other half's pair < 2^15) and 16 sum(a), once per activation,
+ * comes off the exact block sums. One row: that would be a second dot for this row alone, so w
+ * against a with w's sign instead; the same integers. */
 EL_AVX2 EL_FORCE_INLINE void q5_0_pair(const uint8_t *pw, size_t ws, const int NR, const uint8_t *pa, size_t as,
                                        const int NV, size_t i, const int PAIR, __m256 *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1), o16 = _mm256_set1_epi8(16);
-    __m256i al[EL_NV_MAX], ah[EL_NV_MAX], v[PAIR_OUT_MAX], t[PAIR_OUT_MAX], h[PAIR_OUT_MAX];
+    __m256i al[EL_NV_MAX], ah[EL_NV_MAX], v[PAIR_OUT_MAX], t[PAIR_OUT_MAX], h[EL_MV_ROWS];
     pair_acts(pa, as, NV, i, PAIR, al, ah);
     EL_UNROLL for (int o = 0; o < PAIR_OUT_MAX; o++) t[o] = v[o] = _mm256_setzero_si256();
     EL_UNROLL for (int r = 0; r < NR; r++) {

@@ -190,15 +190,7 @@ EL_AVX512 static inline __m512i unsigned_dot(__m512i w, __m512i wst, __m512i a, 
             }                                                                                      \
     }                                                                                              \
     EL_TILE_ENTRIES(EL_AVX512, NAME, NAME##_tile)                                                  \
-    EL_AVX512 static void NAME##_tile2(size_t n, const void *w, size_t ws, const void *a, size_t as, \
-                                       size_t nv, float *out, size_t ldo) {                       \
-        switch (nv) {                                                                              \
-        case 1: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 1, out, ldo); break;                    \
-        case 2: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 2, out, ldo); break;                    \
-        case 3: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 3, out, ldo); break;                    \
-        default: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 4, out, ldo); break;                   \
-        }                                                                                          \
-    }
+    EL_TILE2_ENTRY(EL_AVX512, NAME, NAME##_tile)
 
 EL_DOT_BLK512(vec_dot_q8_0_avx512, 34, 34, q8_0)
 EL_DOT_BLK512(vec_dot_q5_0_avx512, 22, 34, q5_0)
