@@ -9,7 +9,8 @@
  * The weight row is unpacked once for all nv activation rows. Contract: every out[j] has the very
  * bits vec_dot of the same table gives for that activation row (same per-output operations in the
  * same order), so a batched prompt yields the logits of token-by-token evaluation. NULL = matmul
- * loops over vec_dot. An ISA that replaces a type's vec_dot must replace (or clear) its vec_dot_nv and vec_dot_tile. */
+ * loops over vec_dot. An ISA that replaces a type's vec_dot must replace (or clear) its vec_dot_nv,
+ * vec_dot_tile and vec_dot_panel. */
 #define EL_NV_MAX 4
 typedef void (*el_vec_dot_nv_fn)(size_t n, const void *w, const void *a, size_t a_stride, size_t nv, float *out);
 /* Tile for batches: EL_TILE_ROWS weight rows (at w + r * w_stride) x nv activation rows,
@@ -24,6 +25,17 @@ typedef void (*el_vec_dot_tile_fn)(size_t n, const void *w, size_t w_stride, con
  * Same contract: every out[r] has the bits of vec_dot. NULL = vec_dot row by row. */
 #define EL_MV_ROWS 4
 typedef void (*el_vec_dot_rows_fn)(size_t n, const void *w, size_t w_stride, const void *a, float *out);
+
+/* Activation panels for batches (optional; the ISA's own layout): pack_panel copies the quantized
+ * activation rows of a batch (n_vec rows at a + v * a_stride, cols values each) into groups of
+ * EL_NV_MAX rows laid out for that ISA's registers, with their scales as floats; panel_bytes(cols, n)
+ * bytes, group g at panel_bytes(cols, EL_NV_MAX) * g. Packed once per batch, it spares every tile call
+ * the gathering. vec_dot_panel: the tile (EL_TILE_ROWS weight rows x the group's first nv rows) over
+ * one group; same contract: every output has the bits of vec_dot. */
+typedef size_t (*el_panel_bytes_fn)(size_t cols, size_t n_vec);
+typedef void (*el_pack_panel_fn)(const void *a, size_t a_stride, size_t cols, size_t n_vec, void *panel);
+typedef void (*el_vec_dot_panel_fn)(size_t n, const void *w, size_t w_stride, const void *group, size_t nv,
+                                    float *out, size_t ldo);
 
 /* Attention over an F16 cache for the g query heads of one KV head (q: g x hd floats, f16-exact).
  * Key / value row j is at base + idx[j] * stride bytes, j < n. qk: s[j * g + h] = q_h . k_j.
@@ -55,6 +67,10 @@ typedef struct el_kernels {
      * exactly, so it gives the bits of its values as F32). A LoRA term's B t, from B^T (lora.c). */
     void (*vecmat_f32)(size_t rank, size_t m, const float *t, const float *b, size_t ld, float *d);
     void (*vecmat_f16)(size_t rank, size_t m, const float *t, const el_half *b, size_t ld, float *d);
+    el_panel_bytes_fn panel_bytes;                   /* NULL: no panels */
+    el_pack_panel_fn pack_panel[EL_TYPE_COUNT];      /* by activation type */
+    el_vec_dot_panel_fn vec_dot_panel[EL_TYPE_COUNT]; /* by weight type; an ISA that replaces the type's
+                                                        vec_dot must replace or clear it */
 } el_kernels;
 
 /* The active table (initialised on first use, best ISA unless EDGELLAMA_ISA says otherwise). */

@@ -4,7 +4,14 @@
  * bit-identical results. */
 #include <string.h>
 
+#include "checked.h"
 #include "matmul.h"
+
+/* a batch's activations in this ISA's panel layout too (dispatch.h), after the rows on a cache line */
+static int has_panel(const el_kernels *k, int act_type, size_t n_vec) {
+    return n_vec > 1 && k->panel_bytes && k->pack_panel[act_type];
+}
+static size_t panel_offset(size_t row_bytes, size_t n_vec) { return el_size_round64(el_size_mul(row_bytes, n_vec)); }
 
 size_t el_act_bytes(int wtype, size_t cols, size_t n_vec) {
     const el_type_traits *tw = el_get_type_traits(wtype);
@@ -12,7 +19,11 @@ size_t el_act_bytes(int wtype, size_t cols, size_t n_vec) {
     if (tw->vec_dot_type == EL_TYPE_F32) return cols * n_vec * sizeof(float);
     const el_type_traits *ta = el_get_type_traits(tw->vec_dot_type);
     if (!ta || cols % ta->blck_size) return 0;
-    return cols / ta->blck_size * ta->type_size * n_vec;
+    /* saturating (checked.h): a batch too big for size_t gives SIZE_MAX, which no allocation meets */
+    const size_t row = el_size_mul(cols / ta->blck_size, ta->type_size);
+    const el_kernels *k = el_kern();
+    if (has_panel(k, tw->vec_dot_type, n_vec)) return el_size_add(panel_offset(row, n_vec), k->panel_bytes(cols, n_vec));
+    return el_size_mul(row, n_vec);
 }
 
 typedef struct {
@@ -39,6 +50,25 @@ static void quant_item(void *p, size_t item, size_t n_items) {
     }
 }
 
+typedef struct {
+    el_pack_panel_fn pack;
+    const char *act;
+    size_t act_row, cols, n_vec;
+    char *panel;
+    size_t group_bytes;
+} pack_task;
+
+/* a prefill's panel is packed in PACK_ITEMS runs of whole groups */
+#define PACK_ITEMS 8
+static void pack_item(void *p, size_t item, size_t n_items) {
+    const pack_task *t = p;
+    const size_t groups = (t->n_vec + EL_NV_MAX - 1) / EL_NV_MAX;
+    const size_t g0 = groups * item / n_items, g1 = groups * (item + 1) / n_items;
+    if (g0 == g1) return;
+    const size_t v0 = g0 * EL_NV_MAX, v1 = g1 * EL_NV_MAX < t->n_vec ? g1 * EL_NV_MAX : t->n_vec;
+    t->pack(t->act + v0 * t->act_row, t->act_row, t->cols, v1 - v0, t->panel + g0 * t->group_bytes);
+}
+
 /* blocks per quantization item: big enough that the counter is noise, small enough to balance */
 #define QUANT_ITEM_BLOCKS 64
 
@@ -55,6 +85,14 @@ void el_quantize_act(el_pool *pool, int wtype, const float *x, size_t cols, size
     const size_t nblk = bpr * n_vec, n_items = (nblk + QUANT_ITEM_BLOCKS - 1) / QUANT_ITEM_BLOCKS;
     if (!pool || cols * n_vec < 4096) quant_item(&t, 0, 1); /* not worth waking the workers */
     else el_pool_for(pool, n_items, quant_item, &t);
+    const el_kernels *k = el_kern();
+    if (has_panel(k, tw->vec_dot_type, n_vec)) {
+        pack_task p = {k->pack_panel[tw->vec_dot_type], act, t.act_row, cols, n_vec,
+                       (char *)act + panel_offset(t.act_row, n_vec), k->panel_bytes(cols, EL_NV_MAX)};
+        const size_t groups = (n_vec + EL_NV_MAX - 1) / EL_NV_MAX;
+        if (!pool || cols * n_vec < 16384) pack_item(&p, 0, 1);
+        else el_pool_for(pool, groups < PACK_ITEMS ? groups : PACK_ITEMS, pack_item, &p);
+    }
 }
 
 typedef struct {
@@ -62,6 +100,9 @@ typedef struct {
     el_vec_dot_nv_fn dot_nv;     /* NULL: loop over dot */
     el_vec_dot_tile_fn dot_tile; /* NULL: rows one at a time */
     el_vec_dot_rows_fn dot_rows; /* matvec; NULL: rows one at a time */
+    el_vec_dot_panel_fn dot_panel; /* batches, over the activations' panel; NULL: dot_tile */
+    const char *panel;
+    size_t group_bytes;
     const char *w;
     size_t w_row, a_row, rows, cols, n_vec, ldy;
     size_t rows_per_item, vecs_per_item, n_vb;
@@ -104,13 +145,16 @@ static void mm_item(void *p, size_t item, size_t n_items) {
         const char *a = t->act + v * t->a_row;
         float *yv = t->y + v * t->ldy;
         size_t r = r0;
-        if (t->dot_tile && nv > 1) {
+        if ((t->dot_panel || t->dot_tile) && nv > 1) {
             /* the tile's rows far apart, as the matvec's: EL_TILE_ROWS ascending streams (adjacent
              * rows in one call hop within a few KB and stall the prefetchers when weights stream) */
             const size_t q = (r1 - r0) / EL_TILE_ROWS;
+            const char *group = t->panel + v / EL_NV_MAX * t->group_bytes;
             for (size_t k = 0; k < q; k++) {
                 float out[EL_TILE_ROWS * EL_NV_MAX];
-                t->dot_tile(t->cols, t->w + (r0 + k) * t->w_row, q * t->w_row, a, t->a_row, nv, out, EL_NV_MAX);
+                const char *wk = t->w + (r0 + k) * t->w_row;
+                if (t->dot_panel) t->dot_panel(t->cols, wk, q * t->w_row, group, nv, out, EL_NV_MAX);
+                else t->dot_tile(t->cols, wk, q * t->w_row, a, t->a_row, nv, out, EL_NV_MAX);
                 for (size_t i = 0; i < EL_TILE_ROWS; i++)
                     for (size_t j = 0; j < nv; j++) yv[j * t->ldy + r0 + k + i * q] = out[i * EL_NV_MAX + j];
             }
@@ -142,8 +186,11 @@ void el_matmul_act(el_pool *pool, int wtype, const void *w, size_t rows, size_t 
                    size_t n_vec, float *y, size_t ldy) {
     const el_kernels *k = el_kern();
     const int nth = pool ? el_pool_threads(pool) : 1;
-    mm_task t = {k->vec_dot[wtype], k->vec_dot_nv[wtype], k->vec_dot_tile[wtype], k->vec_dot_rows[wtype], w,
-                 el_row_bytes(wtype, cols), el_act_bytes(wtype, cols, 1),
+    const size_t a_row = el_act_bytes(wtype, cols, 1);
+    const int panel = k->vec_dot_panel[wtype] && has_panel(k, el_get_type_traits(wtype)->vec_dot_type, n_vec);
+    mm_task t = {k->vec_dot[wtype], k->vec_dot_nv[wtype], k->vec_dot_tile[wtype], k->vec_dot_rows[wtype],
+                 panel ? k->vec_dot_panel[wtype] : NULL, panel ? (const char *)act + panel_offset(a_row, n_vec) : NULL,
+                 panel ? k->panel_bytes(cols, EL_NV_MAX) : 0, w, el_row_bytes(wtype, cols), a_row,
                  rows, cols, n_vec, ldy, 0, 0, 1, act, y};
     if (n_vec == 1) {
         t.rows_per_item = stream_rows_per_item(rows, nth, EL_MV_ROWS);

@@ -6,13 +6,15 @@
 #include "dispatch.h"
 #include "pool.h"
 
-/* Bytes of the quantized form of n_vec rows of cols floats for weight type wtype (0 = unsupported). */
+/* Bytes of the quantized form of n_vec rows of cols floats for weight type wtype (0 = unsupported):
+ * the rows (el_act_bytes(wtype, cols, 1) apart), then for a batch the ISA's panel if it has one. */
 size_t el_act_bytes(int wtype, size_t cols, size_t n_vec);
 
 /* Quantizes x (n_vec x cols) into act (el_act_bytes bytes) for wtype, split over the pool. */
 void el_quantize_act(el_pool *pool, int wtype, const float *x, size_t cols, size_t n_vec, void *act);
 
-/* y[v * ldy + r] = W[r] . act[v] for rows [0, rows); act from el_quantize_act. No validation. */
+/* y[v * ldy + r] = W[r] . act[v] for rows [0, rows); act from el_quantize_act with the same n_vec.
+ * No validation. */
 void el_matmul_act(el_pool *pool, int wtype, const void *w, size_t rows, size_t cols, const void *act,
                    size_t n_vec, float *y, size_t ldy);
 

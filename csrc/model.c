@@ -75,13 +75,13 @@ static size_t max_act(const el_model_desc *d, int kind, size_t n_batch) {
     /* the largest activation block any matmul of this kind consumes */
     size_t best = 0;
     const el_tensor *out = d->output.data ? &d->output : &d->tok_embd;
-    if (el_act_kind(out->type) == kind) best = el_size_mul(el_act_bytes(out->type, (size_t)out->ne0, 1), n_batch);
+    if (el_act_kind(out->type) == kind) best = el_act_bytes(out->type, (size_t)out->ne0, n_batch);
     for (int32_t il = 0; il < d->n_layer; il++) {
         const el_tensor *ws[7];
         layer_matmuls(&d->layers[il], ws);
         for (int i = 0; i < 7; i++)
             if (el_act_kind(ws[i]->type) == kind) {
-                size_t b = el_size_mul(el_act_bytes(ws[i]->type, (size_t)ws[i]->ne0, 1), n_batch);
+                size_t b = el_act_bytes(ws[i]->type, (size_t)ws[i]->ne0, n_batch);
                 best = b > best ? b : best;
             }
     }

@@ -314,11 +314,11 @@ EL_AVX512 EL_FORCE_INLINE void q6_K_tile512(size_t n, const void *w, size_t ws, 
 EL_TILE_ENTRIES(EL_AVX512, vec_dot_q6_K_avx512, q6_K_tile512)
 
 /* Replaces the AVX2 entries of the types above: vec_dot, vec_dot_nv, vec_dot_tile and vec_dot_rows
- * together, as dispatch.h requires (an AVX2 multi-row kernel left in place would give AVX2's bits);
- * every other type keeps the AVX2 kernels el_kernels_fill_avx2 installed. */
+ * together, and clears vec_dot_panel, as dispatch.h requires (an AVX2 multi-row kernel left in place
+ * would give AVX2's bits); every other type keeps the AVX2 kernels el_kernels_fill_avx2 installed. */
 #define EL_SET_ENTRIES(K, TYPE, NAME, TILE)                                                        \
     ((K)->vec_dot[TYPE] = NAME, (K)->vec_dot_nv[TYPE] = NAME##_nv, (K)->vec_dot_tile[TYPE] = (TILE), \
-     (K)->vec_dot_rows[TYPE] = NAME##_rows)
+     (K)->vec_dot_rows[TYPE] = NAME##_rows, (K)->vec_dot_panel[TYPE] = NULL)
 void el_kernels_fill_avx512(el_kernels *k) {
     k->name = "avx512";
     EL_SET_ENTRIES(k, EL_TYPE_Q8_0, vec_dot_q8_0_avx512, vec_dot_q8_0_avx512_tile2);

@@ -607,7 +607,7 @@ static void make_extreme(int type, uint8_t *p, size_t n) {
             }
 }
 
-/* Every lane of vec_dot_nv, vec_dot_tile and vec_dot_rows carries the bits of the same table's vec_dot (the
+/* Every lane of vec_dot_nv, vec_dot_tile, vec_dot_panel and vec_dot_rows carries the bits of the same table's vec_dot (the
  * contract in dispatch.h): rows at odd strides and addresses, every nv up to EL_NV_MAX; random quants,
  * then (ext = 1) quants at their extremes (make_extreme). */
 static void test_vec_dot_nv(rng_t *r) {
@@ -657,6 +657,25 @@ static void test_vec_dot_nv(rng_t *r) {
                                       "vec_dot_tile %s n=%zu nv=%zu [%zu][%zu] isa=%s: %.9g != vec_dot %.9g", tname(wt), n,
                                       nv, i, j, g_isas[k], out[i * (nv + 1) + j], one);
                             }
+                    }
+                    if (K->vec_dot_panel[wt]) {
+                        /* the same tile over the activations packed as a panel (one group of nv rows) */
+                        for (size_t nv = 1; nv <= EL_NV_MAX; nv++) {
+                            const size_t pb = K->panel_bytes(n, nv);
+                            uint8_t *panel = aligned_alloc(64, (pb + 63) / 64 * 64);
+                            check(panel && pb == K->panel_bytes(n, EL_NV_MAX), "panel of %zu rows: %zu bytes", nv, pb);
+                            K->pack_panel[at](a, stride, n, nv, panel);
+                            float out[EL_TILE_ROWS * EL_NV_MAX + 1];
+                            K->vec_dot_panel[wt](n, tbuf, wb + 1, panel, nv, out, nv + 1);
+                            for (size_t i = 0; i < EL_TILE_ROWS; i++)
+                                for (size_t j = 0; j < nv; j++) {
+                                    const float one = K->vec_dot[wt](n, tbuf + i * (wb + 1), a + j * stride);
+                                    check(memcmp(&one, &out[i * (nv + 1) + j], sizeof one) == 0,
+                                          "vec_dot_panel %s n=%zu nv=%zu [%zu][%zu] isa=%s: %.9g != vec_dot %.9g",
+                                          tname(wt), n, nv, i, j, g_isas[k], out[i * (nv + 1) + j], one);
+                                }
+                            free(panel);
+                        }
                     }
                     free(tbuf);
                 }
