@@ -12,6 +12,7 @@
 
 #include "dispatch.h"
 #include "llamacpp_exact.h"
+#include "ops.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -250,6 +251,7 @@ void el_kernels_fill_scalar(el_kernels *k) {
     k->attn_qk_f16 = el_attn_qk_f16_scalar;
     k->attn_pv_f16 = el_attn_pv_f16_scalar;
     k->round_f16 = el_round_f16_scalar;
+    k->gelu_lut = el_gelu_lut;
     k->vecmat_f32 = el_vecmat_f32_scalar;
     k->vecmat_f16 = el_vecmat_f16_scalar;
 }

@@ -67,6 +67,8 @@ typedef struct el_kernels {
      * exactly, so it gives the bits of its values as F32). A LoRA term's B t, from B^T (lora.c). */
     void (*vecmat_f32)(size_t rank, size_t m, const float *t, const float *b, size_t ld, float *d);
     void (*vecmat_f16)(size_t rank, size_t m, const float *t, const el_half *b, size_t ld, float *d);
+    /* GELU through the model's fp16 table (ops.h, el_gelu_lut): the same bits on every ISA */
+    void (*gelu_lut)(float *x, size_t n, const el_half *table);
     el_panel_bytes_fn panel_bytes;                   /* NULL: no panels */
     el_pack_panel_fn pack_panel[EL_TYPE_COUNT];      /* by activation type */
     el_vec_dot_panel_fn vec_dot_panel[EL_TYPE_COUNT]; /* by weight type; an ISA that replaces the type's

@@ -64,7 +64,7 @@ static void glu_row(void *p, size_t i, size_t n) {
     const glu_task *t = p;
     float *g = t->m->g + i * t->F;
     if (t->m->d.act == EL_ACT_GELU) {
-        el_gelu_lut(g, t->F, t->m->gelu_table);
+        el_kern()->gelu_lut(g, t->F, t->m->gelu_table);
         el_mul(g, g, t->m->u + i * t->F, t->F);
     } else {
         t->m->ops->swiglu(g, t->m->u + i * t->F, t->F);

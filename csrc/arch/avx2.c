@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../checked.h"
+#include "../ops.h"
 #include "avx2_common.h"
 
 /* ---- float rows ---- */
@@ -500,6 +501,26 @@ EL_AVX2 EL_FORCE_INLINE void q8_0_pair(const uint8_t *pw, size_t ws, const int N
 EL_PAIR_ENTRIES(vec_dot_q5_0_avx2, q5_0_pair)
 EL_PAIR_ENTRIES(vec_dot_q8_0_avx2, q8_0_pair)
 
+/* ---- GELU through the fp16 table ----
+ * el_gelu_lut eight at a time: vcvtps2ph rounds to nearest even as el_fp32_to_fp16 does (finite
+ * inputs; the lanes that are not looked up, |x| >= 10 or NaN, are blended over), the lookups stay
+ * scalar (AVX2 has no 16-bit gather). */
+EL_AVX2 static void gelu_lut_avx2(float *x, size_t n, const el_half *table) {
+    const __m256 lo = _mm256_set1_ps(-10.0f), hi = _mm256_set1_ps(10.0f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        uint16_t h[8];
+        _mm_storeu_si128((__m128i *)h, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+        const __m128i t = _mm_setr_epi16((short)table[h[0]], (short)table[h[1]], (short)table[h[2]], (short)table[h[3]],
+                                         (short)table[h[4]], (short)table[h[5]], (short)table[h[6]], (short)table[h[7]]);
+        /* v < 10: the table's value, else v itself (NaN too); v <= -10: +0 */
+        const __m256 r = _mm256_blendv_ps(v, _mm256_cvtph_ps(t), _mm256_cmp_ps(v, hi, _CMP_LT_OQ));
+        _mm256_storeu_ps(x + i, _mm256_andnot_ps(_mm256_cmp_ps(v, lo, _CMP_LE_OQ), r));
+    }
+    if (i < n) el_gelu_lut(x + i, n - i, table);
+}
+
 /* ---- activation panels for the pair kernels' two-row tile ----
  * A group of EL_NV_MAX Q8_0 activation rows, per block pair (i, i + 1): the rows' scales as floats
  * [dy(j, i) for j < 4 | dy(j, i + 1)], in the same lanes 16 sum(a) per block as int32 (Q5_0's offset),
@@ -742,6 +763,7 @@ void el_kernels_fill_avx2(el_kernels *k) {
     k->vec_dot_rows[EL_TYPE_Q5_1] = vec_dot_q5_1_avx2_rows;
     k->quantize_act[EL_TYPE_Q8_0] = quantize_q8_0_avx2;
     k->quantize_act[EL_TYPE_Q8_1] = quantize_q8_1_avx2;
+    k->gelu_lut = gelu_lut_avx2;
     k->panel_bytes = panel_bytes_avx2;
     k->pack_panel[EL_TYPE_Q8_0] = pack_panel_q8_0_avx2;
     k->vec_dot_panel[EL_TYPE_Q8_0] = vec_dot_q8_0_avx2_panel;
