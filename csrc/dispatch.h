@@ -30,12 +30,13 @@ typedef void (*el_vec_dot_rows_fn)(size_t n, const void *w, size_t w_stride, con
  * activation rows of a batch (n_vec rows at a + v * a_stride, cols values each) into groups of
  * EL_NV_MAX rows laid out for that ISA's registers, with their scales as floats; panel_bytes(cols, n)
  * bytes, group g at panel_bytes(cols, EL_NV_MAX) * g. Packed once per batch, it spares every tile call
- * the gathering. vec_dot_panel: the tile (EL_TILE_ROWS weight rows x the group's first nv rows) over
- * one group; same contract: every output has the bits of vec_dot. */
+ * the gathering. vec_dot_panel: count tiles over one group (its first nv rows), each EL_TILE_ROWS = 2
+ * weight rows q rows apart: rows k and k + q (at w + row * w_row) for k < count, into y[j * ldy + row]
+ * (the matmul's layout, so no copy per tile); same contract: every output has the bits of vec_dot. */
 typedef size_t (*el_panel_bytes_fn)(size_t cols, size_t n_vec);
 typedef void (*el_pack_panel_fn)(const void *a, size_t a_stride, size_t cols, size_t n_vec, void *panel);
-typedef void (*el_vec_dot_panel_fn)(size_t n, const void *w, size_t w_stride, const void *group, size_t nv,
-                                    float *out, size_t ldo);
+typedef void (*el_vec_dot_panel_fn)(size_t n, const void *w, size_t w_row, size_t q, size_t count,
+                                    const void *group, size_t nv, float *y, size_t ldy);
 
 /* Attention over an F16 cache for the g query heads of one KV head (q: g x hd floats, f16-exact).
  * Key / value row j is at base + idx[j] * stride bytes, j < n. qk: s[j * g + h] = q_h . k_j.

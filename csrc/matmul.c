@@ -149,14 +149,16 @@ static void mm_item(void *p, size_t item, size_t n_items) {
             /* the tile's rows far apart, as the matvec's: EL_TILE_ROWS ascending streams (adjacent
              * rows in one call hop within a few KB and stall the prefetchers when weights stream) */
             const size_t q = (r1 - r0) / EL_TILE_ROWS;
-            const char *group = t->panel + v / EL_NV_MAX * t->group_bytes;
-            for (size_t k = 0; k < q; k++) {
-                float out[EL_TILE_ROWS * EL_NV_MAX];
-                const char *wk = t->w + (r0 + k) * t->w_row;
-                if (t->dot_panel) t->dot_panel(t->cols, wk, q * t->w_row, group, nv, out, EL_NV_MAX);
-                else t->dot_tile(t->cols, wk, q * t->w_row, a, t->a_row, nv, out, EL_NV_MAX);
-                for (size_t i = 0; i < EL_TILE_ROWS; i++)
-                    for (size_t j = 0; j < nv; j++) yv[j * t->ldy + r0 + k + i * q] = out[i * EL_NV_MAX + j];
+            if (t->dot_panel) { /* all q tiles in one call, straight into y */
+                t->dot_panel(t->cols, t->w + r0 * t->w_row, t->w_row, q, q, t->panel + v / EL_NV_MAX * t->group_bytes,
+                             nv, yv + r0, t->ldy);
+            } else {
+                for (size_t k = 0; k < q; k++) {
+                    float out[EL_TILE_ROWS * EL_NV_MAX];
+                    t->dot_tile(t->cols, t->w + (r0 + k) * t->w_row, q * t->w_row, a, t->a_row, nv, out, EL_NV_MAX);
+                    for (size_t i = 0; i < EL_TILE_ROWS; i++)
+                        for (size_t j = 0; j < nv; j++) yv[j * t->ldy + r0 + k + i * q] = out[i * EL_NV_MAX + j];
+                }
             }
             r = r0 + q * EL_TILE_ROWS;
         }

@@ -633,10 +633,10 @@ EL_AVX2 EL_FORCE_INLINE void q5_0_panel_pair(const uint8_t *pw, size_t ws, const
     panel_finish(q, panel_dx(x[0][0], x[1][0], x[0][1], x[1][1]), NV, v, 1, acc);
 }
 
-/* vec_dot_panel of a pair kernel: the two-row tile over one panel group */
-#define EL_PANEL_ENTRY(NAME, PAIRFN)                                                       \
-    EL_AVX2 EL_FORCE_INLINE void NAME##_panel_nv(size_t n, const uint8_t *w, size_t ws, const uint8_t *q, \
-                                                 const int NV, float *out, size_t ldo) {           \
+/* vec_dot_panel of a pair kernel: two-row tiles over one panel group */
+#define EL_PANEL_ENTRY(NAME, PAIRFN)                                                               \
+    EL_AVX2 EL_FORCE_INLINE void NAME##_panel_tile(size_t n, const uint8_t *w, size_t ws, const uint8_t *q, \
+                                                   const int NV, float *out) {                     \
         const size_t nb = n / 32;                                                                  \
         __m256 acc[PAIR_OUT_MAX / 4] = {_mm256_setzero_ps(), _mm256_setzero_ps()};                 \
         size_t i = 0;                                                                              \
@@ -644,21 +644,29 @@ EL_AVX2 EL_FORCE_INLINE void q5_0_panel_pair(const uint8_t *pw, size_t ws, const
         if (i < nb) PAIRFN(w, ws, q + i / 2 * PANEL_PAIR_BYTES, NV, i, 0, acc);                    \
         EL_ALIGN32 float f[PAIR_OUT_MAX / 4][8];                                                   \
         EL_UNROLL for (int g = 0; g < (EL_TILE_ROWS * NV + 3) / 4; g++) _mm256_store_ps(f[g], acc[g]); \
-        EL_UNROLL for (int r = 0; r < EL_TILE_ROWS; r++)                                           \
-            EL_UNROLL for (int j = 0; j < NV; j++) {                                               \
-                const int o = r * NV + j;                                                          \
-                out[r * ldo + j] = f[o / 4][o % 4] + f[o / 4][4 + o % 4];                          \
-            }                                                                                      \
+        EL_UNROLL for (int o = 0; o < EL_TILE_ROWS * NV; o++) out[o] = f[o / 4][o % 4] + f[o / 4][4 + o % 4]; \
     }                                                                                              \
-    EL_AVX2 static void NAME##_panel(size_t n, const void *w, size_t ws, const void *q, size_t nv, float *out, \
-                                     size_t ldo) {                                                 \
+    EL_AVX2 EL_FORCE_INLINE void NAME##_panel_nv(size_t n, const uint8_t *w, size_t w_row, size_t q, size_t count, \
+                                                 const uint8_t *g, const int NV, float *y, size_t ldy) { \
+        for (size_t k = 0; k < count; k++) {                                                       \
+            float out[EL_TILE_ROWS * EL_NV_MAX];                                                   \
+            NAME##_panel_tile(n, w + k * w_row, q * w_row, g, NV, out);                            \
+            EL_UNROLL for (int j = 0; j < NV; j++) {                                               \
+                y[j * ldy + k] = out[j];                                                           \
+                y[j * ldy + k + q] = out[NV + j];                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    EL_AVX2 static void NAME##_panel(size_t n, const void *w, size_t w_row, size_t q, size_t count, const void *g, \
+                                     size_t nv, float *y, size_t ldy) {                            \
         switch (nv) {                                                                              \
-        case 1: NAME##_panel_nv(n, w, ws, q, 1, out, ldo); break;                                  \
-        case 2: NAME##_panel_nv(n, w, ws, q, 2, out, ldo); break;                                  \
-        case 3: NAME##_panel_nv(n, w, ws, q, 3, out, ldo); break;                                  \
-        default: NAME##_panel_nv(n, w, ws, q, 4, out, ldo); break;                                 \
+        case 1: NAME##_panel_nv(n, w, w_row, q, count, g, 1, y, ldy); break;                       \
+        case 2: NAME##_panel_nv(n, w, w_row, q, count, g, 2, y, ldy); break;                       \
+        case 3: NAME##_panel_nv(n, w, w_row, q, count, g, 3, y, ldy); break;                       \
+        default: NAME##_panel_nv(n, w, w_row, q, count, g, 4, y, ldy); break;                      \
         }                                                                                          \
     }
+_Static_assert(EL_TILE_ROWS == 2, "panel tiles: two rows");
 
 EL_PANEL_ENTRY(vec_dot_q5_0_avx2, q5_0_panel_pair)
 EL_PANEL_ENTRY(vec_dot_q8_0_avx2, q8_0_panel_pair)

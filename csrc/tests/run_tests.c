@@ -694,14 +694,15 @@ static void test_vec_dot_nv(rng_t *r) {
                             uint8_t *panel = aligned_alloc(64, (pb + 63) / 64 * 64);
                             check(panel && pb == K->panel_bytes(n, EL_NV_MAX), "panel of %zu rows: %zu bytes", nv, pb);
                             K->pack_panel[at](a, stride, n, nv, panel);
-                            float out[EL_TILE_ROWS * EL_NV_MAX + 1];
-                            K->vec_dot_panel[wt](n, tbuf, wb + 1, panel, nv, out, nv + 1);
+                            /* one tile (rows 0 and 1, q = 1) into y[j * 3 + row], a stride past the rows */
+                            float y[EL_NV_MAX * 3];
+                            K->vec_dot_panel[wt](n, tbuf, wb + 1, 1, 1, panel, nv, y, 3);
                             for (size_t i = 0; i < EL_TILE_ROWS; i++)
                                 for (size_t j = 0; j < nv; j++) {
                                     const float one = K->vec_dot[wt](n, tbuf + i * (wb + 1), a + j * stride);
-                                    check(memcmp(&one, &out[i * (nv + 1) + j], sizeof one) == 0,
+                                    check(memcmp(&one, &y[j * 3 + i], sizeof one) == 0,
                                           "vec_dot_panel %s n=%zu nv=%zu [%zu][%zu] isa=%s: %.9g != vec_dot %.9g",
-                                          tname(wt), n, nv, i, j, g_isas[k], out[i * (nv + 1) + j], one);
+                                          tname(wt), n, nv, i, j, g_isas[k], y[j * 3 + i], one);
                                 }
                             free(panel);
                         }
