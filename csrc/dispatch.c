@@ -221,6 +221,10 @@ void el_round_f16_scalar(size_t n, const float *x, float *y) {
     for (size_t i = 0; i < n; i++) y[i] = el_fp16_to_fp32(el_fp32_to_fp16(x[i]));
 }
 
+void el_to_f16_scalar(size_t n, const float *x, el_half *y) {
+    for (size_t i = 0; i < n; i++) y[i] = el_fp32_to_fp16(x[i]);
+}
+
 void el_attn_qk_f16_scalar(size_t hd, size_t g, const float *q, const void *k, size_t stride, const int32_t *idx,
                            size_t n, float *s) {
     for (size_t j = 0; j < n; j++) {
@@ -251,6 +255,7 @@ void el_kernels_fill_scalar(el_kernels *k) {
     k->attn_qk_f16 = el_attn_qk_f16_scalar;
     k->attn_pv_f16 = el_attn_pv_f16_scalar;
     k->round_f16 = el_round_f16_scalar;
+    k->to_f16 = el_to_f16_scalar;
     k->gelu_lut = el_gelu_lut;
     k->vecmat_f32 = el_vecmat_f32_scalar;
     k->vecmat_f16 = el_vecmat_f16_scalar;

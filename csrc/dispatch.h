@@ -61,6 +61,7 @@ typedef struct el_kernels {
     el_attn_qk_fn attn_qk_f16;
     el_attn_pv_fn attn_pv_f16;
     void (*round_f16)(size_t n, const float *x, float *y); /* y = x rounded to f16 (nearest even), exact */
+    void (*to_f16)(size_t n, const float *x, el_half *y);  /* the same halves (an F16 cache's rows) */
     /* the llama.cpp numerics' kernels of this ISA (llamacpp_exact.h), switched with the ISA */
     const struct el_llx_kernels *llx;
     /* d[o] = sum over k < rank of t[k] * b[k * ld + o], for o < m: per output one chain of fused
@@ -100,6 +101,7 @@ void el_axpy_f32_scalar(size_t n, float alpha, const float *x, float *y);
 void el_vecmat_f32_scalar(size_t rank, size_t m, const float *t, const float *b, size_t ld, float *d);
 void el_vecmat_f16_scalar(size_t rank, size_t m, const float *t, const el_half *b, size_t ld, float *d);
 void el_round_f16_scalar(size_t n, const float *x, float *y);
+void el_to_f16_scalar(size_t n, const float *x, el_half *y);
 void el_attn_qk_f16_scalar(size_t hd, size_t g, const float *q, const void *k, size_t stride, const int32_t *idx,
                            size_t n, float *s);
 void el_attn_pv_f16_scalar(size_t hd, size_t g, const float *p, const void *v, size_t stride, const int32_t *idx,

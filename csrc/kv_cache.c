@@ -5,6 +5,7 @@
 
 #include "attention.h"
 #include "checked.h"
+#include "dispatch.h"
 #include "model.h"
 #include "ops.h"
 #include "quants.h"
@@ -31,6 +32,9 @@ void el_kv_store(el_model *m, kv_layer *c, const float *k, const float *v, size_
         if (m->kv_type == EL_TYPE_F32) {
             memcpy(kd, k + i * kvd, kvd * sizeof(float));
             memcpy(vd, v + i * kvd, kvd * sizeof(float));
+        } else if (m->kv_type == EL_TYPE_F16) { /* rows are 2-byte aligned: slot sizes are even */
+            el_kern()->to_f16(kvd, k + i * kvd, (el_half *)kd);
+            el_kern()->to_f16(kvd, v + i * kvd, (el_half *)vd);
         } else {
             tr->from_float(k + i * kvd, kd, kvd);
             tr->from_float(v + i * kvd, vd, kvd);

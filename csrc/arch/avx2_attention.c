@@ -129,8 +129,16 @@ EL_AVX2 static void round_f16_avx2(size_t n, const float *x, float *y) {
     for (; i < n; i++) y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
 }
 
+EL_AVX2 static void to_f16_avx2(size_t n, const float *x, el_half *y) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) y[i] = (el_half)_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
 void el_kernels_fill_avx2_attention(el_kernels *k) {
     k->round_f16 = round_f16_avx2;
+    k->to_f16 = to_f16_avx2;
     k->attn_qk_f16 = attn_qk_f16_avx2;
     k->attn_pv_f16 = attn_pv_f16_avx2;
 }

@@ -116,8 +116,15 @@ static void round_f16_neon(size_t n, const float *x, float *y) {
     for (; i < n; i++) y[i] = el_fp16_to_fp32(el_fp32_to_fp16(x[i]));
 }
 
+static void to_f16_neon(size_t n, const float *x, el_half *y) {
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1_u16(y + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));
+    for (; i < n; i++) y[i] = el_fp32_to_fp16(x[i]);
+}
+
 void el_kernels_fill_neon_attention(el_kernels *k) {
     k->round_f16 = round_f16_neon;
+    k->to_f16 = to_f16_neon;
     k->attn_qk_f16 = attn_qk_f16_neon;
     k->attn_pv_f16 = attn_pv_f16_neon;
 }

@@ -477,6 +477,15 @@ static void test_float_kernels(rng_t *r) {
         int same = 1;
         for (size_t i = 0; i < NR; i++) same &= isnan(y0[i]) ? isnan(y1[i]) != 0 : memcmp(&y0[i], &y1[i], 4) == 0;
         check(same, "round_f16 isa=%s differs from the scalar conversion", g_isas[k]);
+        el_half *h0 = xmalloc(NR * sizeof(el_half)), *h1 = xmalloc(NR * sizeof(el_half));
+        el_to_f16_scalar(NR, x, h0);
+        el_kern()->to_f16(NR, x, h1);
+        same = 1;
+        for (size_t i = 0; i < NR; i++)
+            same &= isnan(y0[i]) ? isnan(el_fp16_to_fp32(h1[i])) != 0 : h0[i] == h1[i];
+        check(same, "to_f16 isa=%s differs from the scalar conversion", g_isas[k]);
+        free(h0);
+        free(h1);
     }
     free(x);
     free(y0);
