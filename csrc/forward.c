@@ -49,7 +49,7 @@ static void lora(el_model *m, int32_t il, const int *ks, size_t nk, const mm_inp
 }
 
 static void norm_rows(float *out, const float *x, const el_tensor *w, size_t n, size_t dim, float eps) {
-    for (size_t i = 0; i < n; i++) el_rmsnorm(out + i * dim, x + i * dim, (const float *)w->data, dim, eps);
+    el_rmsnorm_rows(out, x, (const float *)w->data, n, dim, eps);
 }
 
 static void add_bias(float *y, const el_tensor *b, size_t n, size_t dim) {

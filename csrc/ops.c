@@ -16,6 +16,33 @@ void el_rmsnorm(float *out, const float *x, const float *weight, size_t n, float
         for (size_t i = 0; i < n; i++) out[i] = x[i] * scale;
 }
 
+/* el_rmsnorm of rows rows of n values (out may be x): four rows at a time, each row's double sum a
+ * chain of its own in el_rmsnorm's order (the same bits), the four chains side by side instead of
+ * one after another (a chain of dependent double adds is latency-bound) */
+void el_rmsnorm_rows(float *out, const float *x, const float *weight, size_t rows, size_t n, float eps) {
+    size_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        const float *x0 = x + r * n, *x1 = x0 + n, *x2 = x1 + n, *x3 = x2 + n;
+        double s[4] = {0.0, 0.0, 0.0, 0.0};
+        for (size_t i = 0; i < n; i++) {
+            s[0] += (double)(x0[i] * x0[i]);
+            s[1] += (double)(x1[i] * x1[i]);
+            s[2] += (double)(x2[i] * x2[i]);
+            s[3] += (double)(x3[i] * x3[i]);
+        }
+        for (size_t k = 0; k < 4; k++) {
+            const float scale = 1.0f / sqrtf((float)(s[k] / (double)n) + eps);
+            const float *xk = x + (r + k) * n;
+            float *ok = out + (r + k) * n;
+            if (weight)
+                for (size_t i = 0; i < n; i++) ok[i] = (xk[i] * scale) * weight[i];
+            else
+                for (size_t i = 0; i < n; i++) ok[i] = xk[i] * scale;
+        }
+    }
+    for (; r < rows; r++) el_rmsnorm(out + r * n, x + r * n, weight, n, eps);
+}
+
 void el_softmax(float *x, size_t n) {
     if (n == 0) return;
     float mx = -INFINITY;

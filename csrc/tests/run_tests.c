@@ -874,6 +874,22 @@ static void test_ops(rng_t *r) {
         float *o2 = xmalloc(n * sizeof(float));
         el_rmsnorm(o2, x, w, n, 1e-6f);
         check(memcmp(o, o2, n * sizeof(float)) == 0, "rmsnorm in place differs");
+        /* el_rmsnorm_rows: each row's bits of el_rmsnorm, 1 to 9 rows (groups of four and the rest), in place too */
+        for (size_t rows = 1; rows <= 9; rows += 4) {
+            float *xs = xmalloc(rows * n * sizeof(float)), *ys = xmalloc(rows * n * sizeof(float));
+            rng_floats(r, xs, rows * n, 3.0f);
+            el_rmsnorm_rows(ys, xs, w, rows, n, 1e-6f);
+            int same = 1;
+            for (size_t k = 0; k < rows; k++) {
+                el_rmsnorm(o2, xs + k * n, w, n, 1e-6f);
+                same &= memcmp(o2, ys + k * n, n * sizeof(float)) == 0;
+            }
+            el_rmsnorm_rows(xs, xs, w, rows, n, 1e-6f); /* in place: the same as into ys */
+            same &= memcmp(xs, ys, rows * n * sizeof(float)) == 0;
+            check(same, "rmsnorm_rows n=%zu rows=%zu differs from el_rmsnorm", n, rows);
+            free(xs);
+            free(ys);
+        }
         free(o2);
         free(x);
         free(w);
