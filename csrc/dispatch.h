@@ -26,14 +26,21 @@ typedef void (*el_vec_dot_tile_fn)(size_t n, const void *w, size_t w_stride, con
 #define EL_MV_ROWS 4
 typedef void (*el_vec_dot_rows_fn)(size_t n, const void *w, size_t w_stride, const void *a, float *out);
 
-/* Activation panels for batches (optional; the ISA's own layout): pack_panel copies the quantized
- * activation rows of a batch (n_vec rows at a + v * a_stride, cols values each) into groups of
- * EL_NV_MAX rows laid out for that ISA's registers, with their scales as floats; panel_bytes(cols, n)
- * bytes, group g at panel_bytes(cols, EL_NV_MAX) * g. Packed once per batch, it spares every tile call
- * the gathering. vec_dot_panel: count tiles over one group (its first nv rows), each EL_TILE_ROWS = 2
- * weight rows q rows apart: rows k and k + q (at w + row * w_row) for k < count, into y[j * ldy + row]
- * (the matmul's layout, so no copy per tile); same contract: every output has the bits of vec_dot. */
-typedef size_t (*el_panel_bytes_fn)(size_t cols, size_t n_vec);
+/* Activation panels for batches (x86-64 builds, the AVX2 pair kernels' layout): pack_panel copies the
+ * quantized Q8_0 activation rows of a batch (n_vec rows at a + v * a_stride, cols values each) into
+ * groups of EL_NV_MAX rows, EL_PANEL_PAIR_BYTES per group and block pair (registers ready to load, the
+ * scales as floats), once per batch, sparing every tile call the gathering. A batch's activation buffer
+ * reserves el_panel_bytes(cols, n_vec) for it after the rows, whatever ISA is active (0 in builds with
+ * no panel kernels): EL_PANEL_HEADER bytes saying whether the quantizing table packed it, then the
+ * groups, el_panel_group_bytes(cols) apart. A matmul uses it only if it was packed, so an el_isa_set
+ * between quantizing and multiplying cannot hand a kernel an unpacked panel. vec_dot_panel: count
+ * tiles over one group (its first nv rows), each EL_TILE_ROWS = 2 weight rows q rows apart: rows k and
+ * k + q (at w + row * w_row) for k < count, into y[j * ldy + row] (the matmul's layout, so no copy per
+ * tile); same contract: every output has the bits of vec_dot. */
+#define EL_PANEL_PAIR_BYTES (64 + EL_NV_MAX * 64)
+#define EL_PANEL_HEADER 64
+static inline size_t el_panel_group_bytes(size_t cols) { return (cols / 32 + 1) / 2 * EL_PANEL_PAIR_BYTES; }
+size_t el_panel_bytes(size_t cols, size_t n_vec); /* saturating: SIZE_MAX if it does not fit */
 typedef void (*el_pack_panel_fn)(const void *a, size_t a_stride, size_t cols, size_t n_vec, void *panel);
 typedef void (*el_vec_dot_panel_fn)(size_t n, const void *w, size_t w_row, size_t q, size_t count,
                                     const void *group, size_t nv, float *y, size_t ldy);
@@ -71,7 +78,6 @@ typedef struct el_kernels {
     void (*vecmat_f16)(size_t rank, size_t m, const float *t, const el_half *b, size_t ld, float *d);
     /* GELU through the model's fp16 table (ops.h, el_gelu_lut): the same bits on every ISA */
     void (*gelu_lut)(float *x, size_t n, const el_half *table);
-    el_panel_bytes_fn panel_bytes;                   /* NULL: no panels */
     el_pack_panel_fn pack_panel[EL_TYPE_COUNT];      /* by activation type */
     el_vec_dot_panel_fn vec_dot_panel[EL_TYPE_COUNT]; /* by weight type; an ISA that replaces the type's
                                                         vec_dot must replace or clear it */

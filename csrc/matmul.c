@@ -7,9 +7,9 @@
 #include "checked.h"
 #include "matmul.h"
 
-/* a batch's activations in this ISA's panel layout too (dispatch.h), after the rows on a cache line */
-static int has_panel(const el_kernels *k, int act_type, size_t n_vec) {
-    return n_vec > 1 && k->panel_bytes && k->pack_panel[act_type];
+/* A batch's Q8_0 activations have room for a panel after the rows, on a cache line (dispatch.h) */
+static size_t panel_room(int act_type, size_t cols, size_t n_vec) {
+    return act_type == EL_TYPE_Q8_0 ? el_panel_bytes(cols, n_vec) : 0;
 }
 static size_t panel_offset(size_t row_bytes, size_t n_vec) { return el_size_round64(el_size_mul(row_bytes, n_vec)); }
 
@@ -21,9 +21,8 @@ size_t el_act_bytes(int wtype, size_t cols, size_t n_vec) {
     if (!ta || cols % ta->blck_size) return 0;
     /* saturating (checked.h): a batch too big for size_t gives SIZE_MAX, which no allocation meets */
     const size_t row = el_size_mul(cols / ta->blck_size, ta->type_size);
-    const el_kernels *k = el_kern();
-    if (has_panel(k, tw->vec_dot_type, n_vec)) return el_size_add(panel_offset(row, n_vec), k->panel_bytes(cols, n_vec));
-    return el_size_mul(row, n_vec);
+    const size_t panel = panel_room(tw->vec_dot_type, cols, n_vec);
+    return panel ? el_size_add(panel_offset(row, n_vec), panel) : el_size_mul(row, n_vec);
 }
 
 typedef struct {
@@ -85,13 +84,18 @@ void el_quantize_act(el_pool *pool, int wtype, const float *x, size_t cols, size
     const size_t nblk = bpr * n_vec, n_items = (nblk + QUANT_ITEM_BLOCKS - 1) / QUANT_ITEM_BLOCKS;
     if (!pool || cols * n_vec < 4096) quant_item(&t, 0, 1); /* not worth waking the workers */
     else el_pool_for(pool, n_items, quant_item, &t);
-    const el_kernels *k = el_kern();
-    if (has_panel(k, tw->vec_dot_type, n_vec)) {
-        pack_task p = {k->pack_panel[tw->vec_dot_type], act, t.act_row, cols, n_vec,
-                       (char *)act + panel_offset(t.act_row, n_vec), k->panel_bytes(cols, EL_NV_MAX)};
-        const size_t groups = (n_vec + EL_NV_MAX - 1) / EL_NV_MAX;
-        if (!pool || cols * n_vec < 16384) pack_item(&p, 0, 1);
-        else el_pool_for(pool, groups < PACK_ITEMS ? groups : PACK_ITEMS, pack_item, &p);
+    if (panel_room(tw->vec_dot_type, cols, n_vec)) {
+        /* the header says whether this table packed it (el_matmul_act reads it, not its own table) */
+        char *head = (char *)act + panel_offset(t.act_row, n_vec);
+        const el_pack_panel_fn pack = el_kern()->pack_panel[tw->vec_dot_type];
+        const uint32_t packed = pack != NULL;
+        memcpy(head, &packed, sizeof packed);
+        if (pack) {
+            pack_task p = {pack, act, t.act_row, cols, n_vec, head + EL_PANEL_HEADER, el_panel_group_bytes(cols)};
+            const size_t groups = (n_vec + EL_NV_MAX - 1) / EL_NV_MAX;
+            if (!pool || cols * n_vec < 16384) pack_item(&p, 0, 1);
+            else el_pool_for(pool, groups < PACK_ITEMS ? groups : PACK_ITEMS, pack_item, &p);
+        }
     }
 }
 
@@ -189,10 +193,13 @@ void el_matmul_act(el_pool *pool, int wtype, const void *w, size_t rows, size_t 
     const el_kernels *k = el_kern();
     const int nth = pool ? el_pool_threads(pool) : 1;
     const size_t a_row = el_act_bytes(wtype, cols, 1);
-    const int panel = k->vec_dot_panel[wtype] && has_panel(k, el_get_type_traits(wtype)->vec_dot_type, n_vec);
+    const char *head = (const char *)act + panel_offset(a_row, n_vec);
+    uint32_t packed = 0;
+    if (k->vec_dot_panel[wtype] && panel_room(el_get_type_traits(wtype)->vec_dot_type, cols, n_vec))
+        memcpy(&packed, head, sizeof packed);
     mm_task t = {k->vec_dot[wtype], k->vec_dot_nv[wtype], k->vec_dot_tile[wtype], k->vec_dot_rows[wtype],
-                 panel ? k->vec_dot_panel[wtype] : NULL, panel ? (const char *)act + panel_offset(a_row, n_vec) : NULL,
-                 panel ? k->panel_bytes(cols, EL_NV_MAX) : 0, w, el_row_bytes(wtype, cols), a_row,
+                 packed ? k->vec_dot_panel[wtype] : NULL, packed ? head + EL_PANEL_HEADER : NULL,
+                 el_panel_group_bytes(cols), w, el_row_bytes(wtype, cols), a_row,
                  rows, cols, n_vec, ldy, 0, 0, 1, act, y};
     if (n_vec == 1) {
         t.rows_per_item = stream_rows_per_item(rows, nth, EL_MV_ROWS);

@@ -10,7 +10,8 @@
  * the rows (el_act_bytes(wtype, cols, 1) apart), then for a batch the ISA's panel if it has one. */
 size_t el_act_bytes(int wtype, size_t cols, size_t n_vec);
 
-/* Quantizes x (n_vec x cols) into act (el_act_bytes bytes) for wtype, split over the pool. */
+/* Quantizes x (n_vec x cols) into act (el_act_bytes bytes, on a 64-byte boundary: a batch's panel
+ * is read with aligned loads) for wtype, split over the pool. */
 void el_quantize_act(el_pool *pool, int wtype, const float *x, size_t cols, size_t n_vec, void *act);
 
 /* y[v * ldy + r] = W[r] . act[v] for rows [0, rows); act from el_quantize_act with the same n_vec.

@@ -9,7 +9,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "../checked.h"
 #include "../ops.h"
 #include "avx2_common.h"
 
@@ -529,18 +528,12 @@ EL_AVX2 static void gelu_lut_avx2(float *x, size_t n, const el_half *table) {
  * whole registers instead of inserting halves and gathering fp16 scales per call (Q8_0 2 x 4 tile:
  * about 20% fewer cycles). The integer block sums and the float steps per output are pair_finish's,
  * so every output keeps the bits of vec_dot. */
-#define PANEL_PAIR_BYTES (64 + EL_NV_MAX * 64)
-
-static size_t panel_bytes_avx2(size_t cols, size_t n_vec) {
-    return el_size_mul3(n_vec / EL_NV_MAX + (n_vec % EL_NV_MAX != 0), (cols / 32 + 1) / 2, PANEL_PAIR_BYTES);
-}
-
 EL_AVX2 static void pack_panel_q8_0_avx2(const void *a, size_t as, size_t cols, size_t n_vec, void *panel) {
     const size_t nb = cols / 32, np = (nb + 1) / 2;
     for (size_t g = 0; g * EL_NV_MAX < n_vec; g++) {
         const size_t nv = n_vec - g * EL_NV_MAX < EL_NV_MAX ? n_vec - g * EL_NV_MAX : EL_NV_MAX;
         for (size_t p = 0; p < np; p++) {
-            uint8_t *q = (uint8_t *)panel + (g * np + p) * PANEL_PAIR_BYTES;
+            uint8_t *q = (uint8_t *)panel + (g * np + p) * EL_PANEL_PAIR_BYTES;
             float dy[8] = {0};
             int32_t c[8] = {0};
             memset(q + 64, 0, EL_NV_MAX * 64);
@@ -640,8 +633,8 @@ EL_AVX2 EL_FORCE_INLINE void q5_0_panel_pair(const uint8_t *pw, size_t ws, const
         const size_t nb = n / 32;                                                                  \
         __m256 acc[PAIR_OUT_MAX / 4] = {_mm256_setzero_ps(), _mm256_setzero_ps()};                 \
         size_t i = 0;                                                                              \
-        for (; i + 2 <= nb; i += 2) PAIRFN(w, ws, q + i / 2 * PANEL_PAIR_BYTES, NV, i, 1, acc);    \
-        if (i < nb) PAIRFN(w, ws, q + i / 2 * PANEL_PAIR_BYTES, NV, i, 0, acc);                    \
+        for (; i + 2 <= nb; i += 2) PAIRFN(w, ws, q + i / 2 * EL_PANEL_PAIR_BYTES, NV, i, 1, acc);    \
+        if (i < nb) PAIRFN(w, ws, q + i / 2 * EL_PANEL_PAIR_BYTES, NV, i, 0, acc);                    \
         EL_ALIGN32 float f[PAIR_OUT_MAX / 4][8];                                                   \
         EL_UNROLL for (int g = 0; g < (EL_TILE_ROWS * NV + 3) / 4; g++) _mm256_store_ps(f[g], acc[g]); \
         EL_UNROLL for (int o = 0; o < EL_TILE_ROWS * NV; o++) out[o] = f[o / 4][o % 4] + f[o / 4][4 + o % 4]; \
@@ -772,7 +765,6 @@ void el_kernels_fill_avx2(el_kernels *k) {
     k->quantize_act[EL_TYPE_Q8_0] = quantize_q8_0_avx2;
     k->quantize_act[EL_TYPE_Q8_1] = quantize_q8_1_avx2;
     k->gelu_lut = gelu_lut_avx2;
-    k->panel_bytes = panel_bytes_avx2;
     k->pack_panel[EL_TYPE_Q8_0] = pack_panel_q8_0_avx2;
     k->vec_dot_panel[EL_TYPE_Q8_0] = vec_dot_q8_0_avx2_panel;
     k->vec_dot_panel[EL_TYPE_Q5_0] = vec_dot_q5_0_avx2_panel;
