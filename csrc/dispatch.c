@@ -222,11 +222,13 @@ void el_round_f16_scalar(size_t n, const float *x, float *y) {
     for (size_t i = 0; i < n; i++) y[i] = el_fp16_to_fp32(el_fp32_to_fp16(x[i]));
 }
 
+size_t el_panel_group_bytes(size_t cols) { return el_size_mul((cols / 32 + 1) / 2, EL_PANEL_PAIR_BYTES); }
+
 size_t el_panel_bytes(size_t cols, size_t n_vec) {
 #if defined(__x86_64__)
     if (n_vec < 2) return 0;
     const size_t groups = n_vec / EL_NV_MAX + (n_vec % EL_NV_MAX != 0);
-    return el_size_add(EL_PANEL_HEADER, el_size_mul3(groups, (cols / 32 + 1) / 2, EL_PANEL_PAIR_BYTES));
+    return el_size_add(EL_PANEL_HEADER, el_size_mul(groups, el_panel_group_bytes(cols)));
 #else
     (void)cols, (void)n_vec;
     return 0;

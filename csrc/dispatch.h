@@ -39,8 +39,8 @@ typedef void (*el_vec_dot_rows_fn)(size_t n, const void *w, size_t w_stride, con
  * tile); same contract: every output has the bits of vec_dot. */
 #define EL_PANEL_PAIR_BYTES (64 + EL_NV_MAX * 64)
 #define EL_PANEL_HEADER 64
-static inline size_t el_panel_group_bytes(size_t cols) { return (cols / 32 + 1) / 2 * EL_PANEL_PAIR_BYTES; }
-size_t el_panel_bytes(size_t cols, size_t n_vec); /* saturating: SIZE_MAX if it does not fit */
+size_t el_panel_group_bytes(size_t cols);         /* saturating (checked.h): SIZE_MAX if it does not fit */
+size_t el_panel_bytes(size_t cols, size_t n_vec); /* saturating, as above */
 typedef void (*el_pack_panel_fn)(const void *a, size_t a_stride, size_t cols, size_t n_vec, void *panel);
 typedef void (*el_vec_dot_panel_fn)(size_t n, const void *w, size_t w_row, size_t q, size_t count,
                                     const void *group, size_t nv, float *y, size_t ldy);

@@ -52,7 +52,7 @@ static void quant_item(void *p, size_t item, size_t n_items) {
 typedef struct {
     el_pack_panel_fn pack;
     const char *act;
-    size_t act_row, cols, n_vec;
+    size_t act_row, cols, n_vec, groups;
     char *panel;
     size_t group_bytes;
 } pack_task;
@@ -61,8 +61,7 @@ typedef struct {
 #define PACK_ITEMS 8
 static void pack_item(void *p, size_t item, size_t n_items) {
     const pack_task *t = p;
-    const size_t groups = (t->n_vec + EL_NV_MAX - 1) / EL_NV_MAX;
-    const size_t g0 = groups * item / n_items, g1 = groups * (item + 1) / n_items;
+    const size_t g0 = t->groups * item / n_items, g1 = t->groups * (item + 1) / n_items;
     if (g0 == g1) return;
     const size_t v0 = g0 * EL_NV_MAX, v1 = g1 * EL_NV_MAX < t->n_vec ? g1 * EL_NV_MAX : t->n_vec;
     t->pack(t->act + v0 * t->act_row, t->act_row, t->cols, v1 - v0, t->panel + g0 * t->group_bytes);
@@ -91,10 +90,10 @@ void el_quantize_act(el_pool *pool, int wtype, const float *x, size_t cols, size
         const uint32_t packed = pack != NULL;
         memcpy(head, &packed, sizeof packed);
         if (pack) {
-            pack_task p = {pack, act, t.act_row, cols, n_vec, head + EL_PANEL_HEADER, el_panel_group_bytes(cols)};
-            const size_t groups = (n_vec + EL_NV_MAX - 1) / EL_NV_MAX;
+            pack_task p = {pack, act, t.act_row, cols, n_vec, (n_vec + EL_NV_MAX - 1) / EL_NV_MAX,
+                           head + EL_PANEL_HEADER, el_panel_group_bytes(cols)};
             if (!pool || cols * n_vec < 16384) pack_item(&p, 0, 1);
-            else el_pool_for(pool, groups < PACK_ITEMS ? groups : PACK_ITEMS, pack_item, &p);
+            else el_pool_for(pool, p.groups < PACK_ITEMS ? p.groups : PACK_ITEMS, pack_item, &p);
         }
     }
 }
@@ -193,13 +192,16 @@ void el_matmul_act(el_pool *pool, int wtype, const void *w, size_t rows, size_t 
     const el_kernels *k = el_kern();
     const int nth = pool ? el_pool_threads(pool) : 1;
     const size_t a_row = el_act_bytes(wtype, cols, 1);
-    const char *head = (const char *)act + panel_offset(a_row, n_vec);
-    uint32_t packed = 0;
-    if (k->vec_dot_panel[wtype] && panel_room(el_get_type_traits(wtype)->vec_dot_type, cols, n_vec))
+    const char *panel = NULL; /* the panel, if el_quantize_act packed one (its header says) */
+    if (k->vec_dot_panel[wtype] && panel_room(el_get_type_traits(wtype)->vec_dot_type, cols, n_vec)) {
+        const char *head = (const char *)act + panel_offset(a_row, n_vec);
+        uint32_t packed;
         memcpy(&packed, head, sizeof packed);
+        if (packed) panel = head + EL_PANEL_HEADER;
+    }
     mm_task t = {k->vec_dot[wtype], k->vec_dot_nv[wtype], k->vec_dot_tile[wtype], k->vec_dot_rows[wtype],
-                 packed ? k->vec_dot_panel[wtype] : NULL, packed ? head + EL_PANEL_HEADER : NULL,
-                 el_panel_group_bytes(cols), w, el_row_bytes(wtype, cols), a_row,
+                 panel ? k->vec_dot_panel[wtype] : NULL, panel,
+                 panel ? el_panel_group_bytes(cols) : 0, w, el_row_bytes(wtype, cols), a_row,
                  rows, cols, n_vec, ldy, 0, 0, 1, act, y};
     if (n_vec == 1) {
         t.rows_per_item = stream_rows_per_item(rows, nth, EL_MV_ROWS);

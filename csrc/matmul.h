@@ -7,7 +7,8 @@
 #include "pool.h"
 
 /* Bytes of the quantized form of n_vec rows of cols floats for weight type wtype (0 = unsupported):
- * the rows (el_act_bytes(wtype, cols, 1) apart), then for a batch the ISA's panel if it has one. */
+ * the rows (el_act_bytes(wtype, cols, 1) apart), then for a batch of Q8_0 rows the room for a panel
+ * (dispatch.h; the same whatever ISA is active). */
 size_t el_act_bytes(int wtype, size_t cols, size_t n_vec);
 
 /* Quantizes x (n_vec x cols) into act (el_act_bytes bytes, on a 64-byte boundary: a batch's panel

@@ -6,14 +6,19 @@
 #include "fp16.h"
 #include "ops.h"
 
-void el_rmsnorm(float *out, const float *x, const float *weight, size_t n, float eps) {
-    double sum = 0.0;
-    for (size_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+/* out = x / rms(x) (* weight), from sum, x's squares summed in double */
+static void rms_apply(float *out, const float *x, const float *weight, size_t n, double sum, float eps) {
     const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
     if (weight)
         for (size_t i = 0; i < n; i++) out[i] = (x[i] * scale) * weight[i];
     else
         for (size_t i = 0; i < n; i++) out[i] = x[i] * scale;
+}
+
+void el_rmsnorm(float *out, const float *x, const float *weight, size_t n, float eps) {
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    rms_apply(out, x, weight, n, sum, eps);
 }
 
 /* el_rmsnorm of rows rows of n values (out may be x): four rows at a time, each row's double sum a
@@ -30,15 +35,7 @@ void el_rmsnorm_rows(float *out, const float *x, const float *weight, size_t row
             s[2] += (double)(x2[i] * x2[i]);
             s[3] += (double)(x3[i] * x3[i]);
         }
-        for (size_t k = 0; k < 4; k++) {
-            const float scale = 1.0f / sqrtf((float)(s[k] / (double)n) + eps);
-            const float *xk = x + (r + k) * n;
-            float *ok = out + (r + k) * n;
-            if (weight)
-                for (size_t i = 0; i < n; i++) ok[i] = (xk[i] * scale) * weight[i];
-            else
-                for (size_t i = 0; i < n; i++) ok[i] = xk[i] * scale;
-        }
+        for (size_t k = 0; k < 4; k++) rms_apply(out + (r + k) * n, x + (r + k) * n, weight, n, s[k], eps);
     }
     for (; r < rows; r++) el_rmsnorm(out + r * n, x + r * n, weight, n, eps);
 }
