@@ -96,6 +96,7 @@ static void fill(el_kernels *k, const char *name) {
     }
     if (strcmp(name, "avx512") == 0) {
         el_kernels_fill_avx512(k);
+        el_kernels_fill_avx512_panel(k);
     }
 #endif
 #if defined(__aarch64__)
@@ -222,7 +223,10 @@ void el_round_f16_scalar(size_t n, const float *x, float *y) {
     for (size_t i = 0; i < n; i++) y[i] = el_fp16_to_fp32(el_fp32_to_fp16(x[i]));
 }
 
-size_t el_panel_group_bytes(size_t cols) { return el_size_mul((cols / 32 + 1) / 2, EL_PANEL_PAIR_BYTES); }
+size_t el_panel_group_bytes(size_t cols) {
+    const size_t pair = EL_PANEL_PAIR_BYTES > EL_PANEL512_PAIR_BYTES ? EL_PANEL_PAIR_BYTES : EL_PANEL512_PAIR_BYTES;
+    return el_size_mul((cols / 32 + 1) / 2, pair);
+}
 
 size_t el_panel_bytes(size_t cols, size_t n_vec) {
 #if defined(__x86_64__)

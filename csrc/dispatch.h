@@ -26,18 +26,24 @@ typedef void (*el_vec_dot_tile_fn)(size_t n, const void *w, size_t w_stride, con
 #define EL_MV_ROWS 4
 typedef void (*el_vec_dot_rows_fn)(size_t n, const void *w, size_t w_stride, const void *a, float *out);
 
-/* Activation panels for batches (x86-64 builds, the AVX2 pair kernels' layout): pack_panel copies the
- * quantized Q8_0 activation rows of a batch (n_vec rows at a + v * a_stride, cols values each) into
- * groups of EL_NV_MAX rows, EL_PANEL_PAIR_BYTES per group and block pair (registers ready to load, the
- * scales as floats), once per batch, sparing every tile call the gathering. A batch's activation buffer
- * reserves el_panel_bytes(cols, n_vec) for it after the rows, whatever ISA is active (0 in builds with
- * no panel kernels): EL_PANEL_HEADER bytes saying whether the quantizing table packed it, then the
- * groups, el_panel_group_bytes(cols) apart. A matmul uses it only if it was packed, so an el_isa_set
- * between quantizing and multiplying cannot hand a kernel an unpacked panel. vec_dot_panel: count
- * tiles over one group (its first nv rows), each EL_TILE_ROWS = 2 weight rows q rows apart: rows k and
+/* Activation panels for batches (x86-64 builds): pack_panel copies the quantized Q8_0 activation rows
+ * of a batch (n_vec rows at a + v * a_stride, cols values each) into groups of EL_NV_MAX rows, in the
+ * layout its ISA's vec_dot_panel loads (registers ready to load, the scales as floats), once per batch,
+ * sparing every tile call the gathering. Layouts: EL_PANEL_AVX2 (arch/avx2.c, EL_PANEL_PAIR_BYTES per
+ * group and block pair) and EL_PANEL_AVX512 (arch/avx512_panel.c, EL_PANEL512_PAIR_BYTES). A batch's
+ * activation buffer reserves el_panel_bytes(cols, n_vec) for it after the rows, whatever ISA is active
+ * (0 in builds with no panel kernels; room for the largest layout): EL_PANEL_HEADER bytes naming the
+ * layout the quantizing table packed (0: none), then the groups, el_panel_group_bytes(cols) apart. A
+ * matmul uses the panel only if its own table's layout was packed, so an el_isa_set between quantizing
+ * and multiplying cannot hand a kernel an unpacked panel or another ISA's. vec_dot_panel: count tiles
+ * over one group (its first nv rows), each EL_TILE_ROWS = 2 weight rows q rows apart: rows k and
  * k + q (at w + row * w_row) for k < count, into y[j * ldy + row] (the matmul's layout, so no copy per
  * tile); same contract: every output has the bits of vec_dot. */
+#define EL_PANEL_AVX2 1u
+#define EL_PANEL_AVX512 2u
 #define EL_PANEL_PAIR_BYTES (64 + EL_NV_MAX * 64)
+#define EL_PANEL512_ACT_BYTES 256
+#define EL_PANEL512_PAIR_BYTES (EL_NV_MAX * EL_PANEL512_ACT_BYTES)
 #define EL_PANEL_HEADER 64
 size_t el_panel_group_bytes(size_t cols);         /* saturating (checked.h): SIZE_MAX if it does not fit */
 size_t el_panel_bytes(size_t cols, size_t n_vec); /* saturating, as above */
@@ -81,6 +87,7 @@ typedef struct el_kernels {
     el_pack_panel_fn pack_panel[EL_TYPE_COUNT];      /* by activation type */
     el_vec_dot_panel_fn vec_dot_panel[EL_TYPE_COUNT]; /* by weight type; an ISA that replaces the type's
                                                         vec_dot must replace or clear it */
+    unsigned panel_layout; /* EL_PANEL_*: what this table's pack_panel writes and vec_dot_panel reads */
 } el_kernels;
 
 /* The active table (initialised on first use, best ISA unless EDGELLAMA_ISA says otherwise). */
@@ -93,6 +100,7 @@ int el_kernels_for_isa(const char *name, el_kernels *out);
 void el_kernels_fill_scalar(el_kernels *k);
 void el_kernels_fill_avx2(el_kernels *k);               /* x86-64 builds only */
 void el_kernels_fill_avx512(el_kernels *k);             /* x86-64 only; on top of the avx2 table */
+void el_kernels_fill_avx512_panel(el_kernels *k);       /* arch/avx512_panel.c: its panel and kernels */
 void el_kernels_fill_neon(el_kernels *k, int dotprod);  /* aarch64 builds only */
 void el_kernels_fill_avx2_attention(el_kernels *k);     /* arch/avx2_attention.c */
 void el_kernels_fill_neon_attention(el_kernels *k);     /* arch/neon_attention.c */

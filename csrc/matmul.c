@@ -84,10 +84,10 @@ void el_quantize_act(el_pool *pool, int wtype, const float *x, size_t cols, size
     if (!pool || cols * n_vec < 4096) quant_item(&t, 0, 1); /* not worth waking the workers */
     else el_pool_for(pool, n_items, quant_item, &t);
     if (panel_room(tw->vec_dot_type, cols, n_vec)) {
-        /* the header says whether this table packed it (el_matmul_act reads it, not its own table) */
+        /* the header names the layout this table packed (el_matmul_act reads it, not its own table) */
         char *head = (char *)act + panel_offset(t.act_row, n_vec);
         const el_pack_panel_fn pack = el_kern()->pack_panel[tw->vec_dot_type];
-        const uint32_t packed = pack != NULL;
+        const uint32_t packed = pack != NULL ? el_kern()->panel_layout : 0;
         memcpy(head, &packed, sizeof packed);
         if (pack) {
             pack_task p = {pack, act, t.act_row, cols, n_vec, (n_vec + EL_NV_MAX - 1) / EL_NV_MAX,
@@ -192,12 +192,12 @@ void el_matmul_act(el_pool *pool, int wtype, const void *w, size_t rows, size_t 
     const el_kernels *k = el_kern();
     const int nth = pool ? el_pool_threads(pool) : 1;
     const size_t a_row = el_act_bytes(wtype, cols, 1);
-    const char *panel = NULL; /* the panel, if el_quantize_act packed one (its header says) */
+    const char *panel = NULL; /* the panel, if el_quantize_act packed this table's layout (its header says) */
     if (k->vec_dot_panel[wtype] && panel_room(el_get_type_traits(wtype)->vec_dot_type, cols, n_vec)) {
         const char *head = (const char *)act + panel_offset(a_row, n_vec);
         uint32_t packed;
         memcpy(&packed, head, sizeof packed);
-        if (packed) panel = head + EL_PANEL_HEADER;
+        if (packed != 0 && packed == k->panel_layout) panel = head + EL_PANEL_HEADER;
     }
     mm_task t = {k->vec_dot[wtype], k->vec_dot_nv[wtype], k->vec_dot_tile[wtype], k->vec_dot_rows[wtype],
                  panel ? k->vec_dot_panel[wtype] : NULL, panel,

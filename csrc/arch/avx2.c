@@ -766,6 +766,7 @@ void el_kernels_fill_avx2(el_kernels *k) {
     k->quantize_act[EL_TYPE_Q8_1] = quantize_q8_1_avx2;
     k->gelu_lut = gelu_lut_avx2;
     k->pack_panel[EL_TYPE_Q8_0] = pack_panel_q8_0_avx2;
+    k->panel_layout = EL_PANEL_AVX2;
     k->vec_dot_panel[EL_TYPE_Q8_0] = vec_dot_q8_0_avx2_panel;
     k->vec_dot_panel[EL_TYPE_Q5_0] = vec_dot_q5_0_avx2_panel;
     k->dot_f32 = dot_f32_avx2;

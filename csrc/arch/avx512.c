@@ -6,17 +6,9 @@
 #include "../dispatch.h"
 
 #if defined(__x86_64__)
-#include "avx2_common.h"
-
-#define EL_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+#include "avx512_common.h"
 
 _Static_assert(EL_MV_ROWS >= EL_TILE_ROWS, "the tile kernels size their row arrays by EL_MV_ROWS");
-
-EL_AVX512 static inline __m512i loadu512(const uint8_t *p) { return _mm512_loadu_si512((const void *)p); }
-
-EL_AVX512 static inline __m512i join256(__m256i lo, __m256i hi) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
 
 /* ---- 32-value blocks (Q8_0, Q4_0, Q5_0 x Q8_0; Q4_1, Q5_1 x Q8_1): two blocks per zmm, NR weight rows
  * x NV activation rows per call ----
@@ -35,38 +27,6 @@ EL_AVX512 static inline __m512i join256(__m256i lo, __m256i hi) {
  * acc += d * float(isum), one accumulator per output; the min terms add up in p's lanes 1 and 3.
  * Each type supplies _w (weight pair), _wst (its start term), _a, _ast, _dot, _h (scale halves). */
 
-/* the 32 bytes at q0 and the 32 at q1 in one zmm */
-EL_AVX512 static inline __m512i bytes32_x2(const uint8_t *q0, const uint8_t *q1) {
-    return join256(_mm256_loadu_si256((const __m256i *)q0), _mm256_loadu_si256((const __m256i *)q1));
-}
-
-/* -K * (sum of each 4 signed bytes of v), K a u8 constant */
-EL_AVX512 static inline __m512i neg_scaled_sum4(__m512i v, char k) {
-    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(k), v));
-}
-
-/* the 16 nibbles at q of two blocks in value order (low nibbles 0-15, high 16-31), as u8 */
-EL_AVX512 static inline __m512i nibbles_x2(const uint8_t *q0, const uint8_t *q1) {
-    const __m256i b0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)q0));
-    const __m256i b1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)q1));
-    /* 128-bit lanes qs0 qs0 qs1 qs1 -> low nibbles, high nibbles of each */
-    return _mm512_and_si512(_mm512_srlv_epi64(join256(b0, b1), _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)),
-                            _mm512_set1_epi8(0x0F));
-}
-
-/* + 16 where the qh bit (32 per block, at h0 / h1) is set */
-EL_AVX512 static inline __m512i add_high_x2(__m512i nib, const uint8_t *h0, const uint8_t *h1) {
-    uint32_t b0, b1;
-    memcpy(&b0, h0, 4);
-    memcpy(&b1, h1, 4);
-    return _mm512_mask_add_epi8(nib, _cvtu64_mask64((uint64_t)b0 | (uint64_t)b1 << 32), nib, _mm512_set1_epi8(16));
-}
-
-/* one fp16 at p and q -> [p, q, 0, 0] (halves_dm2, in avx2_common.h, takes two of each) */
-EL_AVX512 static inline __m128 halves1(const uint8_t *p, const uint8_t *q) {
-    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)(ld16(p) | ld16(q) << 16)));
-}
-
 /* the start term of a type that needs none */
 EL_AVX512 static inline __m512i zero_st(__m512i v) { return (void)v, _mm512_setzero_si512(); }
 
@@ -82,9 +42,7 @@ EL_AVX512 static inline __m512i q8_0_dot(__m512i w, __m512i wst, __m512i a, __m5
 #define q8_0_h halves1
 #define q8_0_MIN 0
 
-EL_AVX512 static inline __m512i q5_0_w(const uint8_t *x0, const uint8_t *x1) {
-    return add_high_x2(nibbles_x2(x0 + 6, x1 + 6), x0 + 2, x1 + 2);
-}
+#define q5_0_w q5_0_u_x2
 #define q5_0_wst zero_st
 EL_AVX512 static inline __m512i q5_0_a(const uint8_t *y0, const uint8_t *y1) { return bytes32_x2(y0 + 2, y1 + 2); }
 EL_AVX512 static inline __m512i q5_0_ast(__m512i a) { return neg_scaled_sum4(a, 16); }
