@@ -91,6 +91,7 @@ EL_AVX512 static inline __m512i unsigned_dot(__m512i w, __m512i wst, __m512i a, 
         __m128 hx[EL_MV_ROWS];                                                                     \
         for (int r = 0; r < NR; r++) {                                                             \
             const uint8_t *x0 = pw + r * ws + (I) * (WB), *x1 = (PAIR) ? x0 + (WB) : zero_w;       \
+            _mm_prefetch((const char *)x0 + EL_PF_DIST, _MM_HINT_T0);                              \
             wv[r] = T##_w(x0, x1);                                                                 \
             wo[r] = T##_wst(wv[r]);                                                                \
             hx[r] = T##_h(x0, x1);                                                                 \

@@ -16,10 +16,6 @@
  * vpdpbusd then gives each lane sum(u a) - K sum(a) = sum(w a), the int32 of avx512.c's lanes (which
  * for Q8_0 offsets the activations instead: the same exact integer). Rows past the batch and the
  * block after an odd last one are zeros (scale 0, as avx512.c's zero block). */
-/* how far ahead of a weight row the tile asks for its bytes: the hardware prefetcher alone left the
- * output head (a 178 MB Q8_0 matrix, two rows at a time) at ~60% of the DRAM bandwidth; 2-8 KB ahead
- * measured alike (4 KB: 11.3 -> 6.9 ms for four vectors on this Xeon) */
-#define EL_PF_DIST 4096
 #define ACT_VALS 0
 #define ACT_DY 64
 #define ACT_ST16 128
