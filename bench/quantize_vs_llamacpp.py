@@ -25,6 +25,13 @@ idle cores) into a folder of its own and point --llama-cpp-site at it:
 
     CMAKE_ARGS="-DGGML_NATIVE=ON" pip install --no-deps --target ~/.cache/edgellama/llamacpp-x86/site \\
         llama-cpp-python==0.3.36 --no-binary llama-cpp-python diskcache
+
+On a CPU with AMX whose kernel or hypervisor does not grant the AMX tile state, a GGML_NATIVE build's
+AMX matmul dies of SIGSEGV at its first ldtilecfg (seen on a Xeon VM host): build with GGML_NATIVE=OFF and the ISA switched on by name instead, e.g.
+-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON
+-DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON, and pip's --no-cache-dir (pip
+reuses its cached wheel of the same sdist whatever CMAKE_ARGS says).
+
     python bench/quantize_vs_llamacpp.py --load --ppl --time [-t 2] [--types Q4_K_M,Q8_0] [--models gemma]
 """
 
