@@ -53,12 +53,22 @@ def teacher_forced(llm: Any, prompt: list[int], cont: list[int]) -> tuple[Any, l
     return logits[0].copy(), parted
 
 
-def assert_logits_near(logits: Any, ref: dict[str, Any], what: str) -> None:
+# The ranking's shape (top-10 differences less their mean): test_generation.py holds the base model to
+# 0.6. An adapter adds its own products of 8-bit-quantized activations on every matrix, and the ISAs'
+# native bits part by that much from each other already: gemma3 at scale 0.5, the centered gap to
+# llama.cpp is 0.46 (scalar), 0.42 (avx2), 0.67 (avx512) on the same prompt, and scalar and avx2 differ
+# from each other by up to 0.5 there (and by 0.59 on the base model). So 0.8 with an adapter, still far
+# below what the adapter moves (test_adapter_visibly_changes_llamacpp_output: > 2).
+SPREAD = 0.6
+ADAPTER_SPREAD = 0.8
+
+
+def assert_logits_near(logits: Any, ref: dict[str, Any], what: str, spread: float = SPREAD) -> None:
     """test_generation.py's bounds for native numerics vs llama.cpp, on the top 10 of the recorded 32."""
     ids, want = ref["top_ids"][:10], np.array(ref["top_logits"][:10])
     d = logits[ids] - want
     assert np.abs(d).max() < 1.0, (what, d)
-    assert np.abs(d - d.mean()).max() < 0.6, (what, d)
+    assert np.abs(d - d.mean()).max() < spread, (what, d)
     assert len(set(np.argsort(-logits)[:10].tolist()) & set(ids)) >= 8, what
     assert int(np.argmax(logits)) in ids[:3], what
 
@@ -86,7 +96,7 @@ def test_adapter_logits_and_greedy_match_llamacpp(case: tuple[str, Path, Path], 
         for prompt, ids, ref in zip(entry["prompts"], entry["prompt_ids"], entry[label]):
             what = f"{name} {label} {prompt!r}"
             logits, p = teacher_forced(llm, ids, ref["greedy"])
-            assert_logits_near(logits, ref, what)
+            assert_logits_near(logits, ref, what, SPREAD if label == "base" else ADAPTER_SPREAD)
             assert all(gap < NEAR_TIE for _, gap in p), (what, p)
             parted += p
     steps = len(entry["prompts"]) * DATA["n_greedy"]
