@@ -4,6 +4,7 @@ One SmolLM2 server for the module (it has a chat template); greedy, short genera
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -340,7 +341,11 @@ def test_a_slowloris_trickle_is_cut_at_the_header_timeout(server: ServerProc) ->
             try:
                 s.sendall(b"X-Slow: 1\r\n")
             except (BrokenPipeError, ConnectionResetError):  # closed: what it said before is still readable
-                answer += s.recv(4096)
+                # unless the 408 was read on the last pass: then the queue is empty and a UNIX socket
+                # whose peer closed with our headers unread reports ECONNRESET (the status check below
+                # still needs the 408 to have arrived one way or the other)
+                with contextlib.suppress(ConnectionResetError, TimeoutError):
+                    answer += s.recv(4096)
                 break
             try:
                 chunk = s.recv(4096)
