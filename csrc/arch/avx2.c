@@ -639,26 +639,7 @@ EL_AVX2 EL_FORCE_INLINE void q5_0_panel_pair(const uint8_t *pw, size_t ws, const
         EL_UNROLL for (int g = 0; g < (EL_TILE_ROWS * NV + 3) / 4; g++) _mm256_store_ps(f[g], acc[g]); \
         EL_UNROLL for (int o = 0; o < EL_TILE_ROWS * NV; o++) out[o] = f[o / 4][o % 4] + f[o / 4][4 + o % 4]; \
     }                                                                                              \
-    EL_AVX2 EL_FORCE_INLINE void NAME##_panel_nv(size_t n, const uint8_t *w, size_t w_row, size_t q, size_t count, \
-                                                 const uint8_t *g, const int NV, float *y, size_t ldy) { \
-        for (size_t k = 0; k < count; k++) {                                                       \
-            float out[EL_TILE_ROWS * EL_NV_MAX];                                                   \
-            NAME##_panel_tile(n, w + k * w_row, q * w_row, g, NV, out);                            \
-            EL_UNROLL for (int j = 0; j < NV; j++) {                                               \
-                y[j * ldy + k] = out[j];                                                           \
-                y[j * ldy + k + q] = out[NV + j];                                                  \
-            }                                                                                      \
-        }                                                                                          \
-    }                                                                                              \
-    EL_AVX2 static void NAME##_panel(size_t n, const void *w, size_t w_row, size_t q, size_t count, const void *g, \
-                                     size_t nv, float *y, size_t ldy) {                            \
-        switch (nv) {                                                                              \
-        case 1: NAME##_panel_nv(n, w, w_row, q, count, g, 1, y, ldy); break;                       \
-        case 2: NAME##_panel_nv(n, w, w_row, q, count, g, 2, y, ldy); break;                       \
-        case 3: NAME##_panel_nv(n, w, w_row, q, count, g, 3, y, ldy); break;                       \
-        default: NAME##_panel_nv(n, w, w_row, q, count, g, 4, y, ldy); break;                      \
-        }                                                                                          \
-    }
+    EL_PANEL_FROM_TILE(EL_AVX2, NAME##_panel, NAME##_panel_tile)
 _Static_assert(EL_TILE_ROWS == 2, "panel tiles: two rows");
 
 EL_PANEL_ENTRY(vec_dot_q5_0_avx2, q5_0_panel_pair)

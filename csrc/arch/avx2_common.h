@@ -60,6 +60,30 @@
         }                                                                                          \
     }
 
+/* vec_dot_panel (dispatch.h) NAME from a two-row panel tile PTILE(n, w, ws, group, NV, out), out[r * NV + j]
+ * = row r . activation j of the group: count tiles of rows k and k + q, their outputs into y */
+#define EL_PANEL_FROM_TILE(ATTR, NAME, PTILE)                                                      \
+    ATTR EL_FORCE_INLINE void NAME##_nv(size_t n, const uint8_t *w, size_t w_row, size_t q, size_t count, \
+                                        const uint8_t *g, const int NV, float *y, size_t ldy) {    \
+        for (size_t k = 0; k < count; k++) {                                                       \
+            float out[EL_TILE_ROWS * EL_NV_MAX];                                                   \
+            PTILE(n, w + k * w_row, q * w_row, g, NV, out);                                        \
+            EL_UNROLL for (int j = 0; j < NV; j++) {                                               \
+                y[j * ldy + k] = out[j];                                                           \
+                y[j * ldy + k + q] = out[NV + j];                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    ATTR static void NAME(size_t n, const void *w, size_t w_row, size_t q, size_t count, const void *g, size_t nv, \
+                          float *y, size_t ldy) {                                                  \
+        switch (nv) {                                                                              \
+        case 1: NAME##_nv(n, w, w_row, q, count, g, 1, y, ldy); break;                             \
+        case 2: NAME##_nv(n, w, w_row, q, count, g, 2, y, ldy); break;                             \
+        case 3: NAME##_nv(n, w, w_row, q, count, g, 3, y, ldy); break;                             \
+        default: NAME##_nv(n, w, w_row, q, count, g, 4, y, ldy); break;                            \
+        }                                                                                          \
+    }
+
 /* vec_dot, vec_dot_nv and vec_dot_rows from one tile body */
 #define EL_TILE_ENTRIES(ATTR, NAME, TILE) EL_TILE_NV_ENTRIES(ATTR, NAME, TILE) EL_ROWS_ENTRY(ATTR, NAME, TILE)
 

@@ -93,26 +93,7 @@ EL_AVX512 static inline __m512i q8_0_u(const uint8_t *x0, const uint8_t *x1) {
         EL_UNROLL for (int r = 0; r < EL_TILE_ROWS; r++)                                           \
             EL_UNROLL for (int j = 0; j < NV; j++) out[r * NV + j] = _mm512_reduce_add_ps(acc[r][j]); \
     }                                                                                              \
-    EL_AVX512 EL_FORCE_INLINE void T##_pnv(size_t n, const uint8_t *w, size_t w_row, size_t q, size_t count, \
-                                           const uint8_t *g, const int NV, float *y, size_t ldy) { \
-        for (size_t k = 0; k < count; k++) {                                                       \
-            float out[EL_TILE_ROWS * EL_NV_MAX];                                                   \
-            T##_ptile(n, w + k * w_row, q * w_row, g, NV, out);                                    \
-            EL_UNROLL for (int j = 0; j < NV; j++) {                                               \
-                y[j * ldy + k] = out[j];                                                           \
-                y[j * ldy + k + q] = out[NV + j];                                                  \
-            }                                                                                      \
-        }                                                                                          \
-    }                                                                                              \
-    EL_AVX512 static void T##_panel512(size_t n, const void *w, size_t w_row, size_t q, size_t count, const void *g, \
-                                       size_t nv, float *y, size_t ldy) {                          \
-        switch (nv) {                                                                              \
-        case 1: T##_pnv(n, w, w_row, q, count, g, 1, y, ldy); break;                               \
-        case 2: T##_pnv(n, w, w_row, q, count, g, 2, y, ldy); break;                               \
-        case 3: T##_pnv(n, w, w_row, q, count, g, 3, y, ldy); break;                               \
-        default: T##_pnv(n, w, w_row, q, count, g, 4, y, ldy); break;                              \
-        }                                                                                          \
-    }
+    EL_PANEL_FROM_TILE(EL_AVX512, T##_panel512, T##_ptile)
 _Static_assert(EL_TILE_ROWS == 2, "panel tiles: two rows");
 
 EL_PANEL512_TILE(q8_0, 34)
