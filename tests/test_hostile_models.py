@@ -341,6 +341,29 @@ def test_truncated_model_file_ends_with_one_line_naming_it(tiny: dict[str, Path]
     assert "survived" not in p.stdout
 
 
+def test_a_file_truncated_under_the_bare_reader_ends_with_one_line_naming_it(tiny: dict[str, Path],
+                                                                             tmp_path: Path) -> None:
+    """A script that imports only the GGUF reader (no LLM, no C binding) is guarded too: the package root
+    installs the C library's guard for every mapping the reader makes."""
+    victim = tmp_path / "victim.gguf"
+    victim.write_bytes(tiny["llama"].read_bytes())
+    code = textwrap.dedent("""
+        import os, sys
+        from edgellama.gguf.reader import GGUFFile
+        f = GGUFFile(sys.argv[1])
+        os.truncate(sys.argv[1], 0)
+        print(sum(int(t.data.sum()) for t in f.tensors))
+        print("survived")
+    """)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-c", code, str(victim)], capture_output=True, text=True, timeout=120,
+                       env=env, check=False)
+    assert p.returncode == 74, (p.returncode, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"edgellama: error: {victim}: the file was truncated"), p.stderr
+    assert "survived" not in p.stdout
+
+
 def test_a_bus_error_outside_registered_mappings_still_kills(tiny: dict[str, Path], tmp_path: Path) -> None:
     other = tmp_path / "other.bin"
     other.write_bytes(b"x" * 65536)

@@ -15,9 +15,9 @@ import pytest
 from edgellama.cli import main
 from edgellama.gguf.ggml_types import GGMLType as T
 from edgellama.gguf.quant_mix import Options, llama_order
-from edgellama.gguf.quantize import RequantizeError, parse_override, quantize_model
 from edgellama.gguf.reader import GGUFError, GGUFFile, GGUFValueType
 from edgellama.gguf.writer import GGUFWriter
+from edgellama.quantize_model import RequantizeError, parse_override, quantize_model
 
 N_LAYER, N_EMBD, N_KV, N_FF, N_VOCAB = 8, 256, 64, 512, 32
 GGUF_QUANTIZERS = {T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.F16, T.BF16}

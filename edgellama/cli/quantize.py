@@ -39,7 +39,7 @@ def add_parser(sub: Any) -> None:
 def quantize_cmd(args: argparse.Namespace) -> int:
     from edgellama.gguf.ggml_types import type_name
     from edgellama.gguf.quant_mix import Options, tensor_type
-    from edgellama.gguf.quantize import parse_override, quantize_model, stderr_progress
+    from edgellama.quantize_model import parse_override, quantize_model, stderr_progress
 
     if not args.model.exists():
         raise FileNotFoundError(f"{args.model}: no such file")

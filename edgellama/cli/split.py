@@ -39,6 +39,7 @@ def add_parser(sub: Any) -> None:
 
 
 def split_cmd(args: argparse.Namespace) -> int:
+    from edgellama.default_model import sha256_file
     from edgellama.gguf.split import manifest_path, parse_split_size, split_model, write_manifest
 
     if not args.model.exists():
@@ -51,7 +52,7 @@ def split_cmd(args: argparse.Namespace) -> int:
                          no_tensor_first_split=args.no_tensor_first_split, dry_run=args.dry_run)
     manifest = None
     if not args.dry_run and not args.no_manifest:
-        manifest = write_manifest([p for p, _ in pieces], manifest_path(pieces[0][0]))
+        manifest = write_manifest([p for p, _ in pieces], manifest_path(pieces[0][0]), sha256_file)
     if args.json:
         doc = {"pieces": [{"path": str(p), "tensors": n, **({} if args.dry_run else {"file_size": p.stat().st_size})}
                           for p, n in pieces], "manifest": str(manifest) if manifest else None}

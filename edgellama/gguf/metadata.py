@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from edgellama.gguf.limits import FLOAT32_MAX, INT32_MAX
 from edgellama.gguf.reader import GGUFValueType, ValueTypes
-from edgellama.native.desc import FLOAT32_MAX, INT32_MAX
 
 if TYPE_CHECKING:
     from edgellama.gguf.split import ModelFile

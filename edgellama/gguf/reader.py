@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from edgellama.gguf.ggml_types import TYPE_SIZES, type_name
+from edgellama.gguf.mapguard import guard_mapping
 
 if TYPE_CHECKING:
     from typing import Self
@@ -140,15 +141,6 @@ class GGUFTensor:
             else:
                 self._data = np.frombuffer(self._buf, dtype=np.uint8, count=self.n_bytes, offset=self.offset)
         return self._data
-
-
-def _guard(mm: mmap.mmap, path: Path) -> Callable[[], object] | None:
-    """Registers the mapping with the C library's SIGBUS handler, when the library is built."""
-    try:
-        from edgellama.native.sigbus import guard
-    except (ImportError, AttributeError, OSError):  # no C extension (or one built before the handler):
-        return None  # the reader works without it, e.g. `info` from a source tree
-    return guard(mm, path)
 
 
 class _Parser:
@@ -285,8 +277,9 @@ class GGUFFile:
     The mapping lives until close() (or the end of a ``with`` block); numpy views taken from it keep it
     alive past close() rather than dangling, so data handed out stays valid. As with any mmap, a file
     truncated by another process while mapped makes later access to the lost pages raise SIGBUS:
-    replace model files by rename, never rewrite them in place. With the C library built, the
-    mapping is registered with its SIGBUS handler, which then exits with one line naming the file.
+    replace model files by rename, never rewrite them in place. The mapping is handed to the installed
+    guard (mapguard.py): with the C library built, its SIGBUS handler, which then exits with one line
+    naming the file.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -315,7 +308,7 @@ class GGUFFile:
         except ValueError as exc:  # mmap's own complaints (e.g. a file that shrank to 0 meanwhile)
             raise GGUFError(f"{self.path}: cannot map: {exc}", 0) from None
         self.file_size = len(self._mm)
-        self._unguard = _guard(self._mm, self.path)
+        self._unguard = guard_mapping(self._mm, self.path)
         try:
             self._parse(_Parser(self._mm, self.file_size, str(self.path)))
         except BaseException:

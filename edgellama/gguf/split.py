@@ -17,11 +17,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from edgellama.gguf.digest import sha256_file
 from edgellama.gguf.reader import DEFAULT_ALIGNMENT, GGUFError, GGUFFile, GGUFTensor, GGUFValueType
 from edgellama.gguf.writer import GGUFWriter
 
@@ -317,16 +318,11 @@ def merged_sha256(src: SplitGGUF) -> str:
     return sink.h.hexdigest()
 
 
-def piece_sha256(path: Path) -> str:
-    from edgellama.default_model import sha256_file
-
-    return str(sha256_file(path))
-
-
-def write_manifest(paths: list[Path], manifest: Path) -> Path:
+def write_manifest(paths: list[Path], manifest: Path, sha256: Callable[[Path], str] = sha256_file) -> Path:
     """sha256sum-format lines (\"HEX  name\") for every piece: `sha256sum -c` reads it, and so does
-    `edgellama info` (as the first piece's sidecar FIRST.sha256)."""
-    lines = [f"{piece_sha256(p)}  {p.name}\n" for p in paths]
+    `edgellama info` (as the first piece's sidecar FIRST.sha256). sha256 hashes one piece (the CLI
+    passes one that shows progress)."""
+    lines = [f"{sha256(p)}  {p.name}\n" for p in paths]
     manifest.write_text("".join(lines))
     return manifest
 

@@ -21,11 +21,11 @@ import numpy as np
 import numpy.typing as npt
 
 from edgellama.gguf.ggml_types import TYPE_SIZES, GGMLType, row_bytes, type_name
-from edgellama.gguf.quantize import SLAB_FLOATS, _floats, _release
 from edgellama.gguf.reader import GGUFTensor
 from edgellama.gguf.split import SPLIT_KEYS, model_paths, open_model_file
 from edgellama.gguf.writer import GGUFWriter
 from edgellama.lora.adapter import LoraAdapter, LoraError, LoraWeight, read_adapter
+from edgellama.quantize_model import SLAB_FLOATS, _floats, _release
 
 # (adapter's weight for the tensor, its scale user_scale * alpha / rank)
 Part = tuple[LoraWeight, float]

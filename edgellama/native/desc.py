@@ -11,8 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 # The ranges of the C types the description is handed over in (int32_t and float fields).
-INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
-FLOAT32_MAX = float(np.finfo(np.float32).max)
+from edgellama.gguf.limits import FLOAT32_MAX, INT32_MAX, INT32_MIN
 
 
 @dataclass

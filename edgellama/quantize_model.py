@@ -6,6 +6,7 @@ which is what llama-quantize runs when it has no importance matrix. The file is 
 llama-quantize lays it out: its metadata with general.quantization_version and general.file_type set
 last, tensors in its loader's order. Each tensor is converted in slabs of rows written as they are
 made: memory stays at a slab of floats and its output, whatever the model's size.
+It runs the C library's quantizers, so it lives above the GGUF layer (edgellama/gguf/), not in it.
 """
 
 from __future__ import annotations
