@@ -2,13 +2,16 @@
 
 Supports `gemma3` and the llama family (`llama`, `qwen2`, `qwen3`); every missing key or tensor,
 wrong shape or unsupported architecture is a ModelError that names it; metadata is read only through
-the typed keys of edgellama.gguf.metadata. No arithmetic on tensor data here.
+the typed keys of edgellama.gguf.metadata. No arithmetic on tensor data here; the one read of it is the
+check that each F32 norm weight and bias (the small 1-D tensors) holds only finite values.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from edgellama.gguf import metadata as K
 from edgellama.gguf.ggml_types import COMPUTE_TYPES, type_name
@@ -53,6 +56,16 @@ def _rope_scale(meta: Metadata) -> float:
     return scale
 
 
+def _check_finite(name: str, data: np.ndarray) -> None:
+    """Refuses a F32 tensor holding NaN or an infinity: a norm weight or bias is used on every token, so
+    one such value makes every logit NaN and the sampler pick garbage (issue 32). These tensors are
+    small (n_embd or head_dim values each, a few hundred KB over a whole model): one pass at load."""
+    values = data.view(np.float32)
+    if not np.isfinite(values).all():
+        bad = int(values.size - np.count_nonzero(np.isfinite(values)))
+        raise ModelError(f"tensor {name}: {bad} of {values.size} values are NaN or infinite")
+
+
 class _Tensors:
     def __init__(self, f: ModelFile) -> None:
         self.f = f
@@ -70,6 +83,8 @@ class _Tensors:
             raise ModelError(f"tensor {name} has shape {list(got)}, expected {list(shape)}")
         if f32 and t.ggml_type != 0:
             raise ModelError(f"tensor {name} is {type_name(t.ggml_type)}, expected F32")
+        if f32:
+            _check_finite(name, t.data)
         if not f32 and t.ggml_type not in COMPUTE_TYPES:
             raise ModelError(f"tensor {name} has type {type_name(t.ggml_type)}, which the kernels do not support")
         ne1 = shape[1] if len(shape) > 1 else 1
