@@ -95,7 +95,8 @@ def add_serial_args(p: argparse.ArgumentParser) -> None:
 
 def serial_ports(args: argparse.Namespace) -> list[Any]:
     """--serial specs with the flags as defaults -> checked PortConfigs (one-line errors)."""
-    from edgellama.service.serial_port import PortConfig, parse_port
+    from edgellama.service.serial_config import PortConfig
+    from edgellama.service.serial_port import parse_port
 
     base = PortConfig(url="-", baud=args.baud, bytesize=args.bytesize, parity=args.parity, stopbits=args.stopbits,
                       rtscts=args.rtscts, xonxoff=args.xonxoff, mode=args.serial_mode, chat=args.chat, eol=args.eol,

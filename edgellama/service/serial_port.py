@@ -18,10 +18,10 @@ import termios
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from edgellama.service import protocol as P
+from edgellama.service.serial_config import PortConfig
 from edgellama.service.serial_text import TextSession
 
 log = logging.getLogger("edgellama.service")
@@ -34,34 +34,6 @@ BACKOFF_MIN, BACKOFF_MAX = 0.1, 5.0  # seconds between reopen attempts of a lost
 STABLE = 10.0  # seconds a reopened device must stay up before a loss starts the backoff over
 READ_TICK = 0.05  # a read returns at least this often, to expire half lines and see stop()
 WRITE_CHUNK = 256  # bytes handed to one write(): what is counted as still buffered while it blocks
-
-
-@dataclass
-class PortConfig:
-    """One --serial port; every field but url has a serve flag giving its default for all ports."""
-
-    url: str
-    baud: int = 115200
-    bytesize: int = 8
-    parity: str = "N"
-    stopbits: str = "1"
-    rtscts: bool = False
-    xonxoff: bool = False
-    mode: str = "auto"
-    chat: bool = False
-    eol: str = "crlf"
-    encoding: str = "utf-8"
-    end_marker: str = "."
-    line_timeout: float = 10.0
-    buffer: int = 16384
-    max_line: int = 65536
-
-    @property
-    def name(self) -> str:
-        """The metrics label and log name: the path under /dev (ttyUSB0, pts/3), a file name, or the URL."""
-        if self.url.startswith("/dev/"):
-            return self.url[len("/dev/"):]
-        return os.path.basename(self.url) if self.url.startswith("/") else self.url
 
 
 # --serial DEVICE,key=value,...: the keys a port may set for itself (the rest come from the flags)
@@ -300,6 +272,11 @@ class SerialPort:
         self.stopping = threading.Event()
         self.ser: Any = None
         self.thread = threading.Thread(target=self._supervise, name=f"edgellama-serial-{self.name}", daemon=True)
+
+    @property
+    def port_name(self) -> str:
+        """The server's Client: the log names the port a request came from."""
+        return self.name
 
     # ---- the asyncio loop's side ----
     def start(self) -> None:

@@ -11,12 +11,10 @@ import json
 import secrets
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from edgellama.service import protocol as P
-
-if TYPE_CHECKING:
-    from edgellama.service.serial_port import PortConfig
+from edgellama.service.serial_config import PortConfig
 
 # the protocol fields /set may change for this port's later prompts
 SETTABLE = ("n_predict", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed", "stop")

@@ -14,27 +14,24 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from edgellama.service import protocol as P
+from edgellama.service.api import Client, LoraInfo, ModelFacts, NotReady, Tokenizer
 from edgellama.service.http.connection import HttpConnection, Limits
 from edgellama.service.http.router import FirstBytes, route
 from edgellama.service.logs import ReopenableHandler
 from edgellama.service.metrics import Metrics
 from edgellama.service.scheduler import EngineConfig, Job, Scheduler
-from edgellama.service.serial_port import PortConfig, SerialPort
+from edgellama.service.serial_config import PortConfig
+from edgellama.service.serial_port import SerialPort
 from edgellama.service.systemd import Notifier, activated
 from edgellama.service.transport import Connection, listening_socket
 
+if TYPE_CHECKING:
+    from edgellama.llm import LLM
+
 log = logging.getLogger("edgellama.service")
-class Client(Protocol):
-    """A client the server answers: protocol v1's Connection, an HttpConnection or a SerialPort."""
-
-    inflight: dict[str | int, Any]
-    eof: bool
-
-    def send(self, event: dict[str, Any]) -> None: ...
-    def close(self) -> None: ...
 
 
 @dataclass
@@ -53,6 +50,8 @@ class ServeOptions:
 
 
 class Server:
+    """The service: implements api.Service, the interface connections and HTTP routes see."""
+
     def __init__(self, opts: ServeOptions, engine_cfg: EngineConfig, load: Callable[[], Any],
                  log_handler: ReopenableHandler | None = None) -> None:
         self.opts = opts
@@ -67,6 +66,7 @@ class Server:
         self.fatal: BaseException | None = None
         self.scheduler = Scheduler(load, engine_cfg, self.metrics, self._ready_threadsafe, self._fatal_threadsafe)
         self.stopping = False
+        self._facts: tuple[Any, ModelFacts] | None = None  # (the LLM, its facts), made at the first ask
 
     # ---- engine thread -> loop ----
     def _ready_threadsafe(self) -> None:
@@ -76,6 +76,7 @@ class Server:
     def _ready(self) -> None:
         s = self.scheduler
         llm = s.llm
+        assert llm is not None  # the engine thread calls on_ready once the model is loaded
         log.info("model loaded", extra={"fields": {"model": str(llm.path), "n_ctx": llm.n_ctx,
                                                    "load_ms": round(llm.load_ms, 1),
                                                    "system_tokens": len(s.system_tokens)}})
@@ -102,8 +103,8 @@ class Server:
     def _deliver(self, conn: Client, job: Job, event: dict[str, Any]) -> None:
         conn.send(event)
         if event["event"] in ("done", "error"):
-            if isinstance(conn, SerialPort):
-                job.stats["port"] = conn.name  # the log says which line a request came from
+            if conn.port_name is not None:
+                job.stats["port"] = conn.port_name  # the log says which line a request came from
             if conn.inflight.get(job.req.id) is job:
                 del conn.inflight[job.req.id]
             self._log_request(job, event)
@@ -187,6 +188,67 @@ class Server:
         return self.metrics.render({"requests_processing": snap["slots_busy"], "requests_deferred": snap["queue"],
                                     "kv_cache_tokens": snap["kv_cache_tokens"], "n_ctx": snap["n_ctx"],
                                     "connections": len(self.connections)})
+
+    # ---- what routes ask (api.Service) ----
+    @property
+    def status(self) -> str:
+        return self.scheduler.status
+
+    @property
+    def model_path(self) -> str:
+        return self.opts.model
+
+    @property
+    def max_tokens(self) -> int:
+        return self.scheduler.cfg.max_tokens
+
+    def _llm(self) -> LLM:
+        llm = self.scheduler.llm
+        if llm is None or self.scheduler.status != "ok":
+            raise NotReady("the model is loading")
+        return llm
+
+    def model_facts(self) -> ModelFacts | None:
+        llm = self.scheduler.llm
+        if llm is None:
+            return None
+        if self._facts is None or self._facts[0] is not llm:  # facts of one loaded model do not change
+            md = llm.file.metadata
+            template = md.get("tokenizer.chat_template")
+            self._facts = (llm, ModelFacts(
+                n_ctx=llm.n_ctx, n_vocab=llm.n_vocab,
+                n_ctx_train=md.get(f"{md.get('general.architecture')}.context_length"),
+                n_embd=getattr(llm.desc, "n_embd", None), size=os.path.getsize(llm.path),
+                chat_template=template if isinstance(template, str) else ""))
+        return self._facts[1]
+
+    def tokenizer(self) -> Tokenizer:
+        return self._llm().tokenizer
+
+    def chat_prompt(self, messages: list[dict[str, Any]]) -> str:
+        from edgellama.service.scheduler import render_chat
+
+        llm = self._llm()
+        system = self.scheduler.cfg.system_prompt  # added as the scheduler adds it to a chat request
+        if system and not any(m["role"] == "system" for m in messages):
+            messages = [{"role": "system", "content": system}, *messages]
+        rendered = render_chat(llm, messages)
+        # render_chat is changing from (text, add_special) to a ChatPrompt (the scheduler's rewrite, issue 32):
+        # either gives the text; keep only the second once that lands
+        return rendered[0] if isinstance(rendered, tuple) else rendered.text
+
+    def snapshot(self) -> dict[str, Any]:
+        return self.scheduler.snapshot()
+
+    def slot_requests(self) -> list[P.Completion | None]:
+        return [job.req if job is not None else None for job in self.scheduler.slot_jobs()]
+
+    def lora_adapters(self) -> list[LoraInfo]:
+        return [LoraInfo(path=str(ad.path), scale=scale, task_name=ad.task_name, prompt_prefix=ad.prompt_prefix)
+                for ad, scale in self.scheduler.lora_adapters()]
+
+    def set_lora_defaults(self, lora: list[tuple[int, float]]) -> None:
+        self.scheduler.set_lora_defaults(lora)
 
     # ---- lifecycle ----
     def request_stop(self) -> None:

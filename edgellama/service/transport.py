@@ -77,6 +77,8 @@ def peer_closed(transport: asyncio.BaseTransport | None) -> bool:
 
 
 class Connection(asyncio.Protocol):
+    port_name: str | None = None  # a socket client, not a serial port (the server's Client)
+
     def __init__(self, handler: LineHandler, max_line: int) -> None:
         self.handler = handler
         self.max_line = max_line

@@ -15,16 +15,14 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import h11
 
 from edgellama.service import protocol as P
+from edgellama.service.api import Service
 from edgellama.service.http.fields import HttpError, error_body, from_protocol_error
 from edgellama.service.transport import peer_closed
-
-if TYPE_CHECKING:
-    from edgellama.service.server import Server
 
 log = logging.getLogger("edgellama.service")
 
@@ -52,8 +50,10 @@ Route = Callable[["HttpConnection", h11.Request, bytes], Awaitable[None]]
 
 
 class HttpConnection(asyncio.Protocol):
-    def __init__(self, server: Server, limits: Limits, routes: Callable[[str, str], Route]) -> None:
-        self.server = server
+    port_name: str | None = None  # a socket client, not a serial port (api.Client)
+
+    def __init__(self, service: Service, limits: Limits, routes: Callable[[str, str], Route]) -> None:
+        self.service = service
         self.limits = limits
         self.routes = routes
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER)
@@ -74,7 +74,7 @@ class HttpConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self.server.connection_opened(self)
+        self.service.connection_opened(self)
         self._arm_timer()
 
     def data_received(self, data: bytes) -> None:
@@ -98,9 +98,9 @@ class HttpConnection(asyncio.Protocol):
         self._cancel_timer()
         if self.task is not None:
             self.task.cancel()
-        self.server.connection_gone(self)
+        self.service.connection_gone(self)
 
-    # ---- the server's side of a client (Server._deliver) ----
+    # ---- the server's side of a client (api.Client) ----
     def send(self, event: dict[str, Any]) -> None:
         q = self.queues.get(event.get("id"))  # type: ignore[arg-type]
         if q is not None:
@@ -239,7 +239,7 @@ class HttpConnection(asyncio.Protocol):
     def response_started(self) -> bool:
         return self.h11.our_state is not h11.SEND_RESPONSE
 
-    # ---- generation requests (through the server's scheduler) ----
+    # ---- generation requests (through the service) ----
     def next_id(self) -> str:
         """The protocol v1 id of this connection's current request, unique in the server's log."""
         return f"http-{next(_REQUEST_IDS)}"
@@ -248,7 +248,7 @@ class HttpConnection(asyncio.Protocol):
         """Queues req like a protocol v1 line would be; its events arrive on the returned queue."""
         q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.queues[req.id] = q
-        refused = self.server.submit(self, req)
+        refused = self.service.submit(self, req)
         if refused is not None:
             del self.queues[req.id]
             raise from_protocol_error(refused.code, str(refused))

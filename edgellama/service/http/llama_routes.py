@@ -12,31 +12,37 @@ from typing import Any
 import h11
 
 from edgellama.service import protocol as P
+from edgellama.service.api import NotReady, Tokenizer
 from edgellama.service.http import fields as F
 from edgellama.service.http.connection import HttpConnection
-from edgellama.service.scheduler import render_chat
 
 
 def sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n\n"
 
 
-def _llm(conn: HttpConnection) -> Any:
-    """The loaded model, or 503 while it loads."""
-    llm = conn.server.scheduler.llm
-    if llm is None or conn.server.scheduler.status != "ok":
+def _ready(conn: HttpConnection) -> None:
+    """503 while the model loads."""
+    if conn.service.status != "ok":
         raise F.HttpError(503, "Loading model")
-    return llm
+
+
+def _tokenizer(conn: HttpConnection) -> Tokenizer:
+    """The loaded model's tokenizer, or 503 while it loads."""
+    try:
+        return conn.service.tokenizer()
+    except NotReady:
+        raise F.HttpError(503, "Loading model") from None
 
 
 def model_id(conn: HttpConnection) -> str:
     """The model's name in results (llama-server's alias): its file name; /props has the path."""
-    return os.path.basename(conn.server.opts.model) or "edgellama"
+    return os.path.basename(conn.service.model_path) or "edgellama"
 
 
 async def health(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
-    status = conn.server.scheduler.snapshot()["status"]
-    if conn.server.stopping:
+    status = conn.service.status
+    if conn.service.stopping:
         raise F.HttpError(503, "Server is stopping")
     if status != "ok":
         raise F.HttpError(503, "Loading model")
@@ -44,7 +50,7 @@ async def health(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
 
 
 async def metrics(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
-    conn.respond(200, conn.server.metrics_text().encode(), b"text/plain; version=0.0.4; charset=utf-8")
+    conn.respond(200, conn.service.metrics_text().encode(), b"text/plain; version=0.0.4; charset=utf-8")
 
 
 def default_params(conn: HttpConnection, req: P.Completion | None = None) -> dict[str, Any]:
@@ -52,20 +58,20 @@ def default_params(conn: HttpConnection, req: P.Completion | None = None) -> dic
     r = req if req is not None else P.Completion(id=0)
     return {"n_predict": r.n_predict, "seed": r.seed if r.seed is not None else -1, "temperature": r.temperature,
             "top_k": r.top_k, "top_p": r.top_p, "min_p": r.min_p, "repeat_last_n": r.repeat_last_n,
-            "repeat_penalty": r.repeat_penalty, "stop": list(r.stop), "max_tokens": conn.server.scheduler.cfg.max_tokens,
+            "repeat_penalty": r.repeat_penalty, "stop": list(r.stop), "max_tokens": conn.service.max_tokens,
             "stream": r.stream, "n_probs": 0, "cache_prompt": r.cache_prompt,
             "samplers": ["penalties", "top_k", "top_p", "min_p", "temperature"],
             "lora": [{"id": i, "scale": sc} for i, sc in r.lora or []]}  # the request's own, as llama-server
 
 
 def slots(conn: HttpConnection) -> list[dict[str, Any]]:
-    snap = conn.server.scheduler.snapshot()
-    jobs = conn.server.scheduler.slot_jobs()  # each slot's job, None while idle
+    snap = conn.service.snapshot()
+    reqs = conn.service.slot_requests()  # each slot's request, None while idle
     out = []
     for i in range(snap["slots"]):
-        job = jobs[i] if i < len(jobs) else None
-        out.append({"id": i, "n_ctx": snap["n_ctx"], "speculative": False, "is_processing": job is not None,
-                    "params": default_params(conn, job.req if job is not None else None)})
+        r = reqs[i] if i < len(reqs) else None
+        out.append({"id": i, "n_ctx": snap["n_ctx"], "speculative": False, "is_processing": r is not None,
+                    "params": default_params(conn, r)})
     return out
 
 
@@ -74,18 +80,15 @@ async def get_slots(conn: HttpConnection, req: h11.Request, body: bytes) -> None
 
 
 async def props(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
-    llm = conn.server.scheduler.llm
-    template = ""
-    if llm is not None:
-        t = llm.file.metadata.get("tokenizer.chat_template")
-        template = t if isinstance(t, str) else ""
-    snap = conn.server.scheduler.snapshot()
+    facts = conn.service.model_facts()
+    template = facts.chat_template if facts is not None else ""
+    snap = conn.service.snapshot()
     from edgellama import __version__
 
     conn.respond_json(200, {
         "default_generation_settings": {"id": 0, "n_ctx": snap["n_ctx"], "speculative": False,
                                         "is_processing": False, "params": default_params(conn)},
-        "total_slots": snap["slots"], "model_path": conn.server.opts.model, "chat_template": template,
+        "total_slots": snap["slots"], "model_path": conn.service.model_path, "chat_template": template,
         "modalities": {"vision": False, "audio": False}, "build_info": f"edgellama {__version__}",
         "is_sleeping": False})
 
@@ -139,7 +142,7 @@ async def tokenize(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
         if not isinstance(v, bool):
             raise F.HttpError(400, f"field {name!r} must be true or false")
         flags[name] = v
-    tok = _llm(conn).tokenizer
+    tok = _tokenizer(conn)
     ids = tok.encode(content, add_special=flags["add_special"], parse_special=flags["parse_special"])
     if not flags["with_pieces"]:
         conn.respond_json(200, {"tokens": ids})
@@ -158,7 +161,7 @@ async def tokenize(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
 async def detokenize(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
     obj = F.json_body(body)
     ids = obj.get("tokens")
-    tok = _llm(conn).tokenizer
+    tok = _tokenizer(conn)
     if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
         raise F.HttpError(400, "field 'tokens' must be a list of token ids")
     bad = [t for t in ids if not 0 <= t < tok.n_vocab]
@@ -169,12 +172,10 @@ async def detokenize(conn: HttpConnection, req: h11.Request, body: bytes) -> Non
 
 def chat_prompt(conn: HttpConnection, messages: list[dict[str, Any]]) -> str:
     """The text a chat request is evaluated as (the server's --system-prompt added as the scheduler does)."""
-    llm = _llm(conn)
-    system = conn.server.scheduler.cfg.system_prompt
-    if system and not any(m["role"] == "system" for m in messages):
-        messages = [{"role": "system", "content": system}, *messages]
     try:
-        return render_chat(llm, messages)[0]
+        return conn.service.chat_prompt(messages)
+    except NotReady:
+        raise F.HttpError(503, "Loading model") from None
     except P.ProtocolError as exc:
         raise F.from_protocol_error(exc.code, str(exc)) from None
 
@@ -182,19 +183,19 @@ def chat_prompt(conn: HttpConnection, messages: list[dict[str, Any]]) -> str:
 async def get_lora_adapters(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
     """llama-server's list of the adapters loaded at start (serve --lora / --lora-scaled), by number, at
     the scales requests without a `lora` field run with."""
-    _llm(conn)
-    conn.respond_json(200, [{"id": i, "path": str(ad.path), "scale": scale,
+    _ready(conn)
+    conn.respond_json(200, [{"id": i, "path": ad.path, "scale": ad.scale,
                              "task_name": ad.task_name, "prompt_prefix": ad.prompt_prefix}
-                            for i, (ad, scale) in enumerate(conn.server.scheduler.lora_adapters())])
+                            for i, ad in enumerate(conn.service.lora_adapters())])
 
 
 async def post_lora_adapters(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
     """llama-server's global adapter scales: the listed adapters at their scales, the others at 0, for
     requests admitted from now on without a `lora` field; an unknown id is a 400 and changes nothing."""
-    _llm(conn)
+    _ready(conn)
     lora = F.lora_list(F.json_value(body))
     try:
-        conn.server.scheduler.set_lora_defaults(lora)
+        conn.service.set_lora_defaults(lora)
     except P.ProtocolError as exc:
         raise F.from_protocol_error(exc.code, str(exc)) from None
     conn.respond_json(200, {"success": True})

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from typing import Any
@@ -20,15 +19,13 @@ DONE = b"data: [DONE]\n\n"
 
 
 async def models(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
-    llm = conn.server.scheduler.llm
+    facts = conn.service.model_facts()
     meta = None
-    if llm is not None:
-        md = llm.file.metadata
-        meta = {"n_vocab": llm.n_vocab, "n_ctx": llm.n_ctx,
-                "n_ctx_train": md.get(f"{md.get('general.architecture')}.context_length"),
-                "n_embd": getattr(llm.desc, "n_embd", None), "size": os.path.getsize(llm.path)}
+    if facts is not None:
+        meta = {"n_vocab": facts.n_vocab, "n_ctx": facts.n_ctx, "n_ctx_train": facts.n_ctx_train,
+                "n_embd": facts.n_embd, "size": facts.size}
     conn.respond_json(200, {"object": "list", "data": [
-        {"id": model_id(conn), "object": "model", "created": int(conn.server.started), "owned_by": "edgellama",
+        {"id": model_id(conn), "object": "model", "created": int(conn.service.started), "owned_by": "edgellama",
          "meta": meta}]})
 
 
