@@ -13,7 +13,7 @@ from typing import Any
 from edgellama.grammar.json_schema import SchemaError, schema_to_gbnf
 from edgellama.grammar.parser import Grammar, GrammarError, parse
 
-BUNDLED = Path(__file__).resolve().parent.parent / "grammars"
+BUNDLED = Path(__file__).resolve().parent / "bundled"
 
 __all__ = ["BUNDLED", "Grammar", "GrammarError", "SchemaError", "bundled_names", "constrain", "grammar_file",
            "grammar_from_args", "grammar_from_schema", "parse", "schema_to_gbnf"]
