@@ -76,7 +76,7 @@ def _time_parallel(slots: Any, prompts: list[list[int]], n_gen: int,
     out: list[list[int]] = [[] for _ in prompts]
     for s in slots.slots:
         slots.release(s)
-        slots.engine.seq_clear(s.index)
+        s.seq.clear()
         s.tokens = []
     t0 = time.perf_counter()
     for s, p in zip(slots.slots, prompts):

@@ -11,28 +11,21 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from edgellama.sampling import Sampler, SamplerParams
+from edgellama import params as R
+from edgellama.generation import Event, build_sampler
+from edgellama.params import GenParams
+from edgellama.sequence import ContextFull
+from edgellama.tokenizers.chat import render_prompt
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator
     from pathlib import Path
 
-    from edgellama.llm import Event
     from edgellama.tokenizers.chat import ChatFormatter
     from edgellama.tokenizers.tokenizer import Tokenizer
 
-_FINISH = {"stop": "stop", "length": "length", "context": "length", "cancelled": "stop"}
-
-
-def _held_back(text: str, stops: list[str]) -> int:
-    """How many trailing characters of text could still begin a stop string (not yet safe to stream)."""
-    n = 0
-    for s in stops:
-        for k in range(min(len(s) - 1, len(text)), 0, -1):
-            if text.endswith(s[:k]):
-                n = max(n, k)
-                break
-    return n
+# the generation's stop reasons as OpenAI's finish_reason
+_FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length", "cancelled": "stop"}
 
 
 class CompletionAPI:
@@ -63,69 +56,67 @@ class CompletionAPI:
         return self.create_completion(prompt, **kwargs)
 
     def _sampler(self, temperature: float, top_p: float, top_k: int, min_p: float, repeat_penalty: float,
-                 seed: int | None, grammar: Any = None) -> Any:
-        """grammar: GBNF text or a parsed edgellama.grammar.Grammar (llama-cpp-python's LlamaGrammar role)."""
+                 seed: int | None, grammar: Any = None, max_tokens: int | None = None,
+                 stop: str | list[str] | None = None, mirostat: tuple[int, float, float] = (0, 5.0, 0.1)
+                 ) -> tuple[Any, GenParams]:
+        """The request's parameters checked by the request-parameter table (named as this API's
+        arguments), and its sampler. grammar: GBNF text or a parsed edgellama.grammar.Grammar (llama-cpp-
+        python's LlamaGrammar role)."""
         if seed is None or seed < 0:
             seed = self.seed
-        sampler = Sampler(SamplerParams(temp=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                                        repeat_penalty=repeat_penalty, seed=seed), self.n_ctx)
-        if grammar is None:
-            return sampler
-        from edgellama.grammar import constrain, parse
+        constraint = None
+        if grammar is not None:
+            from edgellama.grammar import parse
 
-        return constrain(sampler, parse(grammar) if isinstance(grammar, str) else grammar, self.tokenizer)
+            constraint = parse(grammar) if isinstance(grammar, str) else grammar
+        p = R.check(GenParams(n_predict=-1 if max_tokens is None or max_tokens <= 0 else max_tokens,
+                              temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                              repeat_penalty=repeat_penalty, seed=seed, mirostat=mirostat[0],
+                              mirostat_tau=mirostat[1], mirostat_eta=mirostat[2],
+                              stop=[stop] if isinstance(stop, str) else list(stop or []), constraint=constraint),
+                    R.PYTHON)
+        return build_sampler(p, self.tokenizer, self.n_ctx), p
 
-    def _stream_text(self, ids: list[int], sampler: Sampler, max_tokens: int | None,
-                     stops: list[str], usage: dict[str, int]) -> Iterator[tuple[str, str | None]]:
+    def _stream_text(self, ids: list[int], sampler: Any, params: GenParams, stops: list[str],
+                     usage: dict[str, int]) -> Iterator[tuple[str, str | None]]:
         """(text piece, None) while generating, then ("", finish_reason); text stops before a stop string."""
         if len(ids) >= self.n_ctx:
-            from edgellama.llm import ContextFull
-
             raise ContextFull(f"the prompt has {len(ids)} tokens, the context only {self.n_ctx}")
         room = self.n_ctx - len(ids)
-        n_predict = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
-        text, sent, n = "", 0, 0
+        n_predict = room if params.n_predict < 0 else min(params.n_predict, room)
+        n = 0
         finish = "length"
-        gen = self.generate(ids, sampler, n_predict)
+        gen = self.generate(ids, sampler, n_predict, stops=stops)
         try:
             for ev in gen:
                 if ev.kind == "token":
                     n += 1
-                text += ev.text
-                cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
-                if cut >= 0:
-                    text, finish = text[:cut], "stop"
-                    break
-                if ev.kind == "done":
+                else:
                     finish = _FINISH.get(ev.stop_reason, "stop")
-                    break
-                safe = len(text) - _held_back(text, stops)
-                if safe > sent:
-                    yield text[sent:safe], None
-                    sent = safe
+                if ev.text:
+                    yield ev.text, None
         finally:
             gen.close()
         usage.update(prompt_tokens=len(ids), completion_tokens=n, total_tokens=len(ids) + n)
-        if len(text) > sent:
-            yield text[sent:], None
         yield "", finish
 
     def create_completion(self, prompt: str | list[int], suffix: str | None = None, max_tokens: int | None = 16,
                           temperature: float = 0.8, top_p: float = 0.95, min_p: float = 0.05, echo: bool = False,
                           stop: str | list[str] | None = None, stream: bool = False, repeat_penalty: float = 1.0,
                           top_k: int = 40, seed: int | None = None, logprobs: int | None = None,
-                          grammar: Any = None) -> Any:
+                          grammar: Any = None, mirostat_mode: int = 0, mirostat_tau: float = 5.0,
+                          mirostat_eta: float = 0.1) -> Any:
         """{"choices": [{"text", "finish_reason", ...}], "usage": {...}} or, with stream=True, an
         iterator of chunks of the same shape. grammar: GBNF text or an edgellama.grammar.Grammar."""
         if suffix is not None or logprobs is not None:
             raise ValueError("suffix and logprobs are not supported")
         ids = list(prompt) if isinstance(prompt, list) else self.tokenize(prompt)
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        sampler = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed, grammar)
+        sampler, params = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed, grammar,
+                                        max_tokens, stop, (mirostat_mode, mirostat_tau, mirostat_eta))
         head = {"id": f"cmpl-{uuid.uuid4()}", "object": "text_completion", "created": int(time.time()),
                 "model": str(self.path)}
         usage: dict[str, int] = {}
-        pieces = self._stream_text(ids, sampler, max_tokens, stops, usage)
+        pieces = self._stream_text(ids, sampler, params, params.stop, usage)
         prompt_text = (prompt if isinstance(prompt, str) else self.detokenize(ids).decode("utf-8", "replace"))
 
         def choice(text: str, finish: str | None) -> dict[str, Any]:
@@ -150,7 +141,8 @@ class CompletionAPI:
                                stop: str | list[str] | None = None, stream: bool = False,
                                seed: int | None = None, max_tokens: int | None = None,
                                repeat_penalty: float = 1.0, response_format: dict[str, Any] | None = None,
-                               grammar: Any = None) -> Any:
+                               grammar: Any = None, mirostat_mode: int = 0, mirostat_tau: float = 5.0,
+                               mirostat_eta: float = 0.1) -> Any:
         """OpenAI's chat.completion shape (or chat.completion.chunk stream), the prompt rendered by
         the model's own chat template. response_format: {"type": "json_object"} (optionally with a
         "schema") or {"type": "json_schema", "json_schema": {"schema": ...}}, as llama-cpp-python."""
@@ -167,13 +159,12 @@ class CompletionAPI:
                 raise ValueError(f"response_format {response_format!r}: type json_object, or json_schema with a schema")
             grammar = grammar_from_schema(schema if schema is not None else {"type": "object"})
         fmt = self.chat
-        prompt = fmt.render(messages, add_generation_prompt=True)
-        ids = self.tokenizer.encode(prompt, add_special=not fmt.added_special, parse_special=True)
-        stops = ([stop] if isinstance(stop, str) else list(stop or [])) + list(fmt.stop_pieces)
-        sampler = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed, grammar)
+        ids = render_prompt(fmt, messages).encode(self.tokenizer)
+        sampler, params = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed, grammar,
+                                        max_tokens, stop, (mirostat_mode, mirostat_tau, mirostat_eta))
         head = {"id": f"chatcmpl-{uuid.uuid4()}", "created": int(time.time()), "model": str(self.path)}
         usage: dict[str, int] = {}
-        pieces = self._stream_text(ids, sampler, max_tokens, stops, usage)
+        pieces = self._stream_text(ids, sampler, params, params.stop + list(fmt.stop_pieces), usage)
         if stream:
             def chunks() -> Iterator[dict[str, Any]]:
                 c = dict(head, object="chat.completion.chunk")

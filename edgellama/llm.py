@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
@@ -22,22 +21,20 @@ import numpy.typing as npt
 
 from edgellama import session
 from edgellama.completion import CompletionAPI
+from edgellama.generation import Event, Generation, Timings
 from edgellama.gguf.metadata import Metadata
 from edgellama.gguf.split import iter_pieces, open_model_file
 from edgellama.memplan import BudgetError, MemoryPlan, choose_plan, with_loras
 from edgellama.native.engine import Engine, Pool
 from edgellama.native.lib import KernelError
 from edgellama.registry import resolve_model
-from edgellama.sampling import Sampler
+from edgellama.sequence import ContextFull, KVSequence
 from edgellama.tokenizers.chat import ChatFormatter, chat_formatter
-from edgellama.tokenizers.tokenizer import StreamDecoder, tokenizer_from_metadata
+from edgellama.tokenizers.tokenizer import tokenizer_from_metadata
 from edgellama.wiring import build_desc
 
 DEFAULT_CTX = 4096
-
-
-class ContextFull(ValueError):
-    """The tokens to evaluate do not fit the context window."""
+__all__ = ["DEFAULT_CTX", "LLM", "ContextFull", "Event", "LLMBusy", "Timings", "default_threads"]
 
 
 class LLMBusy(RuntimeError):
@@ -78,39 +75,6 @@ class _Turn:
             yield event
         finally:
             self._inside = threading.get_ident()
-
-
-@dataclass
-class Timings:
-    load_ms: float = 0.0
-    prompt_tokens: int = 0
-    prompt_ms: float = 0.0
-    gen_tokens: int = 0
-    gen_ms: float = 0.0
-
-    @staticmethod
-    def rate(n: int, ms: float) -> float:
-        return n / (ms / 1000.0) if ms > 0 else 0.0
-
-    def as_dict(self) -> dict[str, float]:
-        return {
-            "load_ms": round(self.load_ms, 2),
-            "prompt_tokens": self.prompt_tokens,
-            "prompt_ms": round(self.prompt_ms, 2),
-            "prompt_tok_s": round(self.rate(self.prompt_tokens, self.prompt_ms), 2),
-            "gen_tokens": self.gen_tokens,
-            "gen_ms": round(self.gen_ms, 2),
-            "gen_tok_s": round(self.rate(self.gen_tokens, self.gen_ms), 2),
-        }
-
-
-@dataclass
-class Event:
-    kind: str  # "token" or "done"
-    token: int = -1
-    text: str = ""
-    stop_reason: str = ""
-    timings: Timings = field(default_factory=Timings)
 
 
 def default_threads() -> int:
@@ -176,9 +140,8 @@ class LLM(CompletionAPI):
             raise
         self._turn = _Turn()
         self.kv_type = kv_type
-        self.n_shifts = 0
         self.n_prompt_evaluated = 0
-        self.tokens: list[int] = []  # what the KV cache holds, position i = tokens[i]
+        self.seq = KVSequence(self.engine, 0, self.n_ctx, n_keep, context_shift)  # what sequence 0 holds
         self.load_ms = (time.perf_counter() - t0) * 1000.0
 
     # ---- LoRA adapters ----
@@ -254,7 +217,7 @@ class LLM(CompletionAPI):
         for s in range(self.engine.n_seq) if seq is None else [seq]:
             self.engine.seq_clear(s)
         if seq in (None, 0):
-            self.tokens = []
+            self.seq.tokens = []
 
     @property
     def n_vocab(self) -> int:
@@ -279,26 +242,23 @@ class LLM(CompletionAPI):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def tokens(self) -> list[int]:
+        """What sequence 0's KV cache holds, position i = tokens[i] (self.seq owns it)."""
+        return self.seq.tokens
+
+    @property
+    def n_shifts(self) -> int:
+        return self.seq.n_shifts
+
     def reset(self) -> None:
         with self._turn.take("reset"):
-            self.tokens = []
-            self.engine.truncate(0)
+            self.seq.clear()
 
     def make_room(self, n_new: int) -> None:
-        """Context shift (streaming): when n_new more tokens do not fit, keep the first n_keep and drop
-        the oldest of the rest (half of them, as llama.cpp does, so shifts stay rare)."""
+        """Sequence.make_room for sequence 0: the context shift when n_new more tokens do not fit."""
         with self._turn.take("make_room"):
-            n_past = len(self.tokens)
-            if n_past + n_new <= self.n_ctx:
-                return
-            if not self.context_shift:
-                raise ContextFull(f"{n_past + n_new} tokens do not fit the context of {self.n_ctx} (-c)")
-            n_discard = max((n_past - self.n_keep) // 2, n_past + n_new - self.n_ctx)
-            if n_new > self.n_ctx - self.n_keep or self.n_keep + n_discard > n_past:
-                raise ContextFull(f"{n_new} new tokens do not fit the context of {self.n_ctx} with --keep {self.n_keep}")
-            self.engine.shift(self.n_keep, n_discard)
-            del self.tokens[self.n_keep:self.n_keep + n_discard]
-            self.n_shifts += 1
+            self.seq.make_room(n_new)
 
     def eval(self, tokens: list[int], all_logits: bool = False) -> npt.NDArray[np.float32]:
         """Appends tokens to the cached sequence (shifting the context when full, if enabled); logits
@@ -310,78 +270,55 @@ class LLM(CompletionAPI):
         with self._turn.take("eval"):
             for i in range(0, len(tokens), self.n_batch):
                 chunk = tokens[i:i + self.n_batch]
-                self.make_room(len(chunk))
-                logits = self.engine.eval(chunk, len(self.tokens), all_logits)
-                self.tokens.extend(chunk)
+                self.seq.make_room(len(chunk))
+                logits = self.engine.eval(chunk, len(self.seq), all_logits)
+                self.seq.appended(chunk)
                 if all_logits:
                     outs.append(logits)
         return np.concatenate(outs) if all_logits else logits
 
     def prefill(self, prompt: list[int]) -> npt.NDArray[np.float32]:
         """Makes the cache hold exactly prompt, reusing the longest cached prefix."""
-        if not prompt:
-            raise ValueError("empty prompt")
-        if len(prompt) > self.n_ctx:
-            raise ContextFull(f"the prompt has {len(prompt)} tokens, more than the context of {self.n_ctx} (-c)")
         with self._turn.take("prefill"):
-            common = 0
-            for a, b in zip(self.tokens, prompt):
-                if a != b:
-                    break
-                common += 1
-            common = min(common, len(prompt) - 1)  # evaluate at least one token to get logits
-            try:
-                self.engine.truncate(common)
-                self.tokens = self.tokens[:common]
-            except KernelError:  # a windowed layer's ring no longer holds that far back: start over
-                self.reset()
-            self.n_prompt_evaluated = len(prompt) - len(self.tokens)
-            return self.eval(prompt[len(self.tokens):])
+            n_reused = self.seq.reuse(prompt)
+            self.n_prompt_evaluated = len(prompt) - n_reused
+            return self.eval(prompt[n_reused:])
 
-    def generate(self, prompt: list[int], sampler: Sampler, n_predict: int = -1,
+    def generate(self, prompt: list[int], sampler: Any, n_predict: int = -1,
                  stop_ids: set[int] | None = None, should_stop: Callable[[], bool] | None = None,
-                 on_prompt: Callable[[], None] | None = None) -> Generator[Event, None, None]:
-        """Yields a token event per generated token (text is complete UTF-8 only), then one done event.
-        Holds the LLM (other calls raise LLMBusy) from the first step until the done event has been
-        taken or the generator is closed."""
+                 on_prompt: Callable[[], None] | None = None, stops: Sequence[str] = (),
+                 keep_stop: bool = False) -> Generator[Event, None, None]:
+        """Yields a token event per generated token, then one done event (edgellama.generation.Generation
+        decides: text is complete UTF-8 only, held back while it could begin one of stops; stop_ids are
+        the end-of-generation tokens, the tokenizer's by default). Holds the LLM (other calls raise
+        LLMBusy) from the first step until the done event has been taken or the generator is closed."""
         with self._turn.take("generate"):
-            tm = Timings(load_ms=self.load_ms)
-            stops = set(stop_ids if stop_ids is not None else self.tokenizer.eot_ids)
-            t0 = time.perf_counter()
+            pieces: list[tuple[str, int]] = []
+            gen = Generation(self.tokenizer, prompt, sampler, n_predict=n_predict, stops=stops, eog=stop_ids,
+                             keep_stop=keep_stop, emit=lambda text, tok: pieces.append((text, tok)),
+                             model=self.path.name, load_ms=self.load_ms)
             logits = self.prefill(prompt)
-            tm.prompt_tokens = self.n_prompt_evaluated  # what the cache did not already hold
-            tm.prompt_ms = (time.perf_counter() - t0) * 1000.0
+            gen.timings.prompt_tokens = self.n_prompt_evaluated  # what the cache did not already hold
+            gen.prompt_done()
             if on_prompt is not None:
                 on_prompt()  # e.g. save the prompt cache: the KV cache holds exactly the prompt now
-            accept_prompt = getattr(sampler, "accept_prompt", sampler.accept)  # a grammar starts at the output
-            for t in prompt:
-                accept_prompt(t)
-            dec = StreamDecoder(self.tokenizer)
-            reason = "length"
-            t1 = time.perf_counter()
-            n = 0
-            while n_predict < 0 or n < n_predict:
+            while True:
                 if should_stop is not None and should_stop():
-                    reason = "cancelled"
+                    gen.finish("cancelled")
                     break
-                tok = sampler.sample(logits)
-                sampler.accept(tok)
-                n += 1
-                if tok in stops:
-                    reason = "stop"
+                tok = gen.step(logits)
+                for text, t in pieces:
+                    yield from self._turn.suspend(Event("token", t, text))
+                pieces.clear()
+                if tok is None:
                     break
-                yield from self._turn.suspend(Event("token", tok, dec.push(tok)))
-                if getattr(sampler, "finished", False):  # a grammar is complete: nothing more may follow
-                    reason = "stop"
-                    break
-                if len(self.tokens) >= self.n_ctx and not self.context_shift:
-                    reason = "context"
+                if self.seq.full() and not self.seq.context_shift:
+                    gen.finish("context")
                     break
                 logits = self.eval([tok])
-            tm.gen_tokens = n
-            tm.gen_ms = (time.perf_counter() - t1) * 1000.0
-            tail = dec.flush()
-            yield from self._turn.suspend(Event("done", text=tail, stop_reason=reason, timings=tm))
+            tail = gen.finish()
+            yield from self._turn.suspend(Event("done", text=tail, stop_reason=gen.stop_reason or "length",
+                                                timings=gen.timings))
 
     # ---- session save / restore (prompt cache) ----
     def _session_header(self) -> dict[str, object]:
@@ -409,5 +346,5 @@ class LLM(CompletionAPI):
             except KernelError as exc:
                 self.reset()
                 raise session.SessionError(f"{path}: {exc}") from None
-            self.tokens = list(tokens)
+            self.seq.tokens = list(tokens)
             return self.tokens

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from edgellama.gguf.limits import INT32_MAX
 from edgellama.native import lora
 from edgellama.native.desc import LAYER_TENSORS, ModelDesc
 from edgellama.native.engine import plan_bytes
@@ -23,7 +24,6 @@ PER_TOKEN_OVERHEAD = 256
 MIN_CTX = 64
 MAX_CTX = 1 << 24  # el_model_plan refuses longer contexts (tests/test_hostile_models.py holds the two equal)
 MAX_THREADS = 64
-INT32_MAX = (1 << 31) - 1
 
 
 class BudgetError(ValueError):

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-INT32_MAX = (1 << 31) - 1
-
 
 @dataclass
 class SamplerParams:
@@ -30,33 +28,17 @@ class SamplerParams:
     seed: int | None = None
 
     def validate(self) -> None:
-        """Refuses, naming the flag, what the samplers cannot use: NaN and infinities included (a NaN
-        passes every `<` and `>` test and would surface later as NaN probabilities or garbage)."""
-        for flag, v in (("--temp", self.temp), ("--top-p", self.top_p), ("--min-p", self.min_p),
-                        ("--repeat-penalty", self.repeat_penalty), ("--mirostat-lr", self.mirostat_lr),
-                        ("--mirostat-ent", self.mirostat_ent)):
-            if not math.isfinite(v):
-                raise ValueError(f"{flag} must be a finite number, got {v}")
-        if not -INT32_MAX <= self.top_k <= INT32_MAX or not -INT32_MAX <= self.repeat_last_n <= INT32_MAX:
-            raise ValueError("--top-k and --repeat-last-n must fit a 32-bit integer")
-        if self.seed is not None and self.seed != -1 and not 0 <= self.seed < 1 << 64:
-            raise ValueError("-s/--seed must be in 0..2^64-1 (or -1: random, as llama.cpp)")
-        if self.top_k < 0:
-            raise ValueError("--top-k must be >= 0")
-        if not 0.0 <= self.top_p <= 1.0:
-            raise ValueError("--top-p must be in [0, 1]")
-        if not 0.0 <= self.min_p <= 1.0:
-            raise ValueError("--min-p must be in [0, 1]")
-        if self.repeat_penalty <= 0:
-            raise ValueError("--repeat-penalty must be > 0")
-        if self.repeat_last_n < -1:
-            raise ValueError("--repeat-last-n must be >= -1")
-        if self.mirostat not in (0, 2):
-            raise ValueError("--mirostat must be 0 (off) or 2 (mirostat v2; v1 is not implemented)")
-        if self.mirostat and self.mirostat_ent <= 0:
-            raise ValueError("--mirostat-ent must be > 0")
-        if self.mirostat_lr < 0:
-            raise ValueError("--mirostat-lr must be >= 0")
+        """Refuses what the samplers cannot use by the request-parameter table's rules (edgellama.params),
+        naming the attribute: NaN and infinities included (a NaN passes every `<` and `>` test)."""
+        from edgellama import params as R
+
+        for attr, name in (("temp", "temperature"), ("top_k", "top_k"), ("top_p", "top_p"), ("min_p", "min_p"),
+                           ("repeat_penalty", "repeat_penalty"), ("repeat_last_n", "repeat_last_n"),
+                           ("mirostat", "mirostat"), ("mirostat_lr", "mirostat_eta"),
+                           ("mirostat_ent", "mirostat_tau"), ("seed", "seed")):
+            f = R.BY_NAME[name]
+            R.check_value(R.Field(f.name, f.kind, {R.PYTHON: attr}, f.lo, f.hi, f.lo_open, f.choices, f.hint),
+                          getattr(self, attr), R.PYTHON)
 
 
 def _softmax(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

@@ -10,38 +10,49 @@ numerics a slot's logits are the ones it would get alone: the engine promises th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
-from edgellama.native.lib import KernelError
+from edgellama.sequence import ContextFull, KVSequence, common_prefix
 
+if TYPE_CHECKING:
+    from edgellama.llm import LLM
 
-class SlotContextFull(ValueError):
-    """A slot's next tokens do not fit its context (no context shift, or --keep leaves no room)."""
+SlotContextFull = ContextFull  # a slot's next tokens do not fit its context (the name older callers use)
 
 
 @dataclass
 class Slot:
-    index: int
-    tokens: list[int] = field(default_factory=list)  # what the slot's KV cache holds, position i = tokens[i]
+    seq: KVSequence  # the slot's sequence of the engine: what its KV cache holds
     pending: list[int] = field(default_factory=list)  # to evaluate, in order; logits wanted for the last
     busy: bool = False
-    n_shifts: int = 0
+
+    @property
+    def index(self) -> int:
+        return self.seq.index
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.seq.tokens
+
+    @property
+    def n_shifts(self) -> int:
+        return self.seq.n_shifts
 
 
 class Slots:
-    """The sequences of llm.engine (LLM(..., n_seq=N)) as slots. Slot 0 is sequence 0, which the LLM's
-    own calls use: it starts out holding llm.tokens, so a prompt cached there (a system prompt) is
-    reused. Not thread-safe: one driver (the engine thread)."""
+    """The sequences of llm.engine (LLM(..., n_seq=N)) as slots. Slot 0 is sequence 0, the very
+    KVSequence the LLM's own calls use, so a prompt cached there (a system prompt) is reused. Not
+    thread-safe: one driver (the engine thread)."""
 
-    def __init__(self, llm: Any) -> None:
+    def __init__(self, llm: LLM) -> None:
         self.llm = llm
         self.engine = llm.engine
         self.n_ctx: int = llm.n_ctx
-        self.slots = [Slot(i) for i in range(self.engine.n_seq)]
-        self.slots[0].tokens = list(llm.tokens)
+        self.slots = [Slot(llm.seq if i == 0 else KVSequence(self.engine, i, llm.n_ctx, llm.n_keep, llm.context_shift))
+                      for i in range(self.engine.n_seq)]
         self.budget: int = llm.n_batch  # tokens per forward pass
 
     def __len__(self) -> int:
@@ -64,30 +75,19 @@ class Slots:
         """slot's sequence runs with these LoRA adapter scales (None: the start-up ones); a cache
         computed with others is cleared (LLM.use_lora_scales)."""
         if self.llm.use_lora_scales(scales, slot.index):
-            slot.tokens = []
+            slot.seq.tokens = []
 
     def start(self, slot: Slot, prompt: list[int]) -> int:
         """Makes slot evaluate prompt next, reusing the longest prefix its cache holds; returns the
         number of prompt tokens reused. The prompt must fit the context."""
-        if not prompt:
-            raise ValueError("empty prompt")
-        if len(prompt) > self.n_ctx:
-            raise SlotContextFull(f"the prompt has {len(prompt)} tokens, more than the context of {self.n_ctx} (-c)")
-        common = min(common_prefix(slot.tokens, prompt), len(prompt) - 1)  # evaluate at least one token
-        try:
-            self.engine.seq_truncate(slot.index, common)
-        except KernelError:  # a windowed layer's ring no longer holds that far back: start over
-            common = 0
-            self.engine.seq_clear(slot.index)
-        slot.tokens = slot.tokens[:common]
+        common = slot.seq.reuse(prompt)
         slot.pending = list(prompt[common:])
         slot.busy = True
         return common
 
     def load(self, slot: Slot, tokens: list[int], state: bytes) -> None:
         """Puts a saved sequence state (Engine.seq_state of any slot) and the tokens it holds into slot."""
-        self.engine.seq_load_state(slot.index, state)
-        slot.tokens = list(tokens)
+        slot.seq.load(tokens, state)
 
     def feed(self, slot: Slot, token: int) -> None:
         """The token sampled for slot: evaluated at the next step."""
@@ -99,28 +99,14 @@ class Slots:
         slot.pending = []
 
     def full(self, slot: Slot) -> bool:
-        return len(slot.tokens) + len(slot.pending) >= self.n_ctx
+        return slot.seq.full(len(slot.pending))
 
-    def _make_room(self, slot: Slot, n_new: int) -> None:
-        """LLM.make_room's context shift for one slot."""
-        n_past, n_keep = len(slot.tokens), self.llm.n_keep
-        if n_past + n_new <= self.n_ctx:
-            return
-        if not self.llm.context_shift:
-            raise SlotContextFull(f"{n_past + n_new} tokens do not fit the context of {self.n_ctx} (-c)")
-        n_discard = max((n_past - n_keep) // 2, n_past + n_new - self.n_ctx)
-        if n_new > self.n_ctx - n_keep or n_keep + n_discard > n_past:
-            raise SlotContextFull(f"{n_new} new tokens do not fit the context of {self.n_ctx} with --keep {n_keep}")
-        self.engine.seq_shift(slot.index, n_keep, n_discard)
-        del slot.tokens[n_keep:n_keep + n_discard]
-        slot.n_shifts += 1
-
-    def plan_step(self) -> list[tuple[Slot, int]]:
+    def plan_step(self, only: set[int] | None = None) -> list[tuple[Slot, int]]:
         """(slot, tokens to take from its pending) for the next pass: every decoding slot's one token
         first (their latency stays one pass), then prompt chunks in slot order within the budget."""
         plan: list[tuple[Slot, int]] = []
         left = self.budget
-        busy = [s for s in self.slots if s.busy and s.pending]
+        busy = [s for s in self.slots if s.busy and s.pending and (only is None or s.index in only)]
         for s in busy:
             if len(s.pending) == 1 and left > 0:
                 plan.append((s, 1))
@@ -132,15 +118,16 @@ class Slots:
                 left -= n
         return plan
 
-    def step(self, failed: dict[int, Exception] | None = None) -> dict[int, npt.NDArray[np.float32]]:
-        """One forward pass; {slot index: logits} for the slots whose pending tokens are all evaluated.
-        A slot whose tokens cannot fit (SlotContextFull) is left out of the pass and reported in
-        failed (when given; raised otherwise)."""
+    def step(self, failed: dict[int, Exception] | None = None, only: set[int] | None = None
+             ) -> dict[int, npt.NDArray[np.float32]]:
+        """One forward pass (over the slots in only, when given); {slot index: logits} for the slots whose
+        pending tokens are all evaluated. A slot whose tokens cannot fit (ContextFull) is left out of the
+        pass and reported in failed (when given; raised otherwise)."""
         plan = []
-        for s, n in self.plan_step():
+        for s, n in self.plan_step(only):
             try:
-                self._make_room(s, n)
-            except SlotContextFull as exc:
+                s.seq.make_room(n)
+            except ContextFull as exc:
                 if failed is None:
                     raise
                 failed[s.index] = exc
@@ -163,19 +150,10 @@ class Slots:
         out: dict[int, npt.NDArray[np.float32]] = {}
         k = 0
         for s, n in plan:
-            s.tokens += s.pending[:n]
+            s.seq.appended(s.pending[:n])
             del s.pending[:n]
             if not s.pending:
                 out[s.index] = logits[k]
                 k += 1
         return out
 
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading tokens a and b share (what a cache holding a can reuse for b)."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n

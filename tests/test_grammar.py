@@ -340,7 +340,7 @@ def test_schema_outputs_validate(llm: Any) -> None:
 
     for seed, schema in enumerate(SCHEMAS[:3]):
         text, reason = generate(llm, "Fill in this JSON record.", grammar_from_schema(schema), seed, 200)
-        assert reason == "stop", text
+        assert reason == "eos", text
         jsonschema.validate(json.loads(text), schema, format_checker=jsonschema.FormatChecker())
 
 
@@ -349,7 +349,7 @@ def test_word_grammars_only_produce_their_words(llm: Any) -> None:
     colors = grammar_from_schema({"enum": ["red", "green", "blue"]})
     for seed in range(2):
         text, reason = generate(llm, "Is the sea salty?", yes_no, seed, 8)
-        assert text in ("yes", "no") and reason == "stop", text
+        assert text in ("yes", "no") and reason == "eos", text
         text, _ = generate(llm, "Name a color.", colors, seed, 8)
         assert json.loads(text) in ("red", "green", "blue"), text
 

@@ -151,3 +151,47 @@ def test_serve_stops_at_start_naming_the_tensor(bad_smollm2: tuple[Path, str, st
     assert r.returncode != 0, (r.returncode, r.stdout, r.stderr)
     assert msg in r.stdout + r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not sock.exists()
+
+
+# ---- finite norms, non-finite logits: the check in the generation object ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def nan_logits_smollm2(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of SmolLM2 whose tied output row 100 (token_embd, Q8_0) has a NaN block scale: every norm is
+    finite, so it loads, and the logit of token 100 is NaN at every position."""
+    path = tmp_path_factory.mktemp("smollm2") / "nan-logits.gguf"
+    shutil.copyfile(smollm2_path, path)
+    with GGUFFile(path) as f:
+        t = f.tensor("token_embd.weight")
+        assert t.type_name == "Q8_0", t.type_name
+        offset, n_embd = t.offset, t.shape[0]
+    with open(path, "r+b") as fh:
+        fh.seek(offset + 100 * (n_embd // 32) * 34)  # row 100, block 0: its f16 scale comes first
+        fh.write(np.float16(np.nan).tobytes())
+    return path
+
+
+def test_non_finite_logits_end_generation_naming_the_model(nan_logits_smollm2: Path, tmp_path: Path) -> None:
+    from edgellama.generation import NonFiniteLogits
+    from tests.service_util import Conn, ServerProc
+
+    with LLM(nan_logits_smollm2, n_ctx=64, n_threads=1) as llm, pytest.raises(NonFiniteLogits, match="nan-logits.gguf"):
+        llm("The capital of France is", max_tokens=4, temperature=0)
+    r = subprocess.run([sys.executable, "-m", "edgellama.cli", "run", "-m", str(nan_logits_smollm2), "-p", "hi",
+                        "-n", "4", "--temp", "0"], capture_output=True, text=True, env=cli_env(), timeout=120,
+                       check=False)
+    assert r.returncode == 1 and r.stdout == "hi", (r.returncode, r.stdout, r.stderr)  # the echoed prompt only
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and "nan-logits.gguf computed non-finite logits" in lines[0], r.stderr
+    srv = ServerProc("-m", str(nan_logits_smollm2), "--parallel", "2")
+    try:
+        srv.wait_ready()
+        with Conn(srv.path) as c:
+            for i in range(2):  # the request ends with an error; the service goes on
+                ev = c.ask({"id": i, "prompt": "hi", "n_predict": 4})
+                assert ev[-1]["event"] == "error" and ev[-1]["code"] == "internal", ev
+                assert "nan-logits.gguf computed non-finite logits" in ev[-1]["message"], ev
+        assert srv.health()["status"] == "ok"
+    finally:
+        srv.kill()

@@ -195,7 +195,8 @@ def test_llama_server_field_names(server: ServerProc) -> None:
 
 
 @pytest.mark.parametrize(("body", "status", "words"), [
-    ({"prompt": PROMPT, "mirostat": 2}, 400, "'mirostat' is not supported"),
+    ({"prompt": PROMPT, "mirostat": 1}, 400, "'mirostat' must be one of 0, 2"),  # v2 is served (below)
+    ({"prompt": "", "n_predict": 2}, 400, "field 'prompt' must not be empty"),
     ({"prompt": PROMPT, "n_probs": 3}, 400, "'n_probs' is not supported"),
     ({"prompt": [1, 2, 3]}, 400, "token arrays"),
     ({"prompt": PROMPT, "top_p": 3}, 400, "top_p"),  # protocol v1's range check, its words
@@ -208,6 +209,27 @@ def test_refused_fields_get_llama_server_error_json(server: ServerProc, body: di
     got, r = call(server, "POST", "/completion", body)
     assert got == status and r["error"]["code"] == status and r["error"]["type"] == "invalid_request_error"
     assert words in r["error"]["message"], r
+
+
+def test_openai_fields_are_named_as_sent_and_mirostat_2_is_served(server: ServerProc) -> None:
+    got, r = call(server, "POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": -5})
+    assert got == 400 and "'max_tokens' must be >= -1" in r["error"]["message"], r
+    got, r = call(server, "POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 4, "mirostat": 2,
+                                                            "mirostat_tau": 4.0, "seed": 7})
+    assert got == 200 and r["usage"]["completion_tokens"] >= 1, r
+    got, r = call(server, "POST", "/completion", {"prompt": PROMPT, "n_predict": 4, "mirostat": 2, "seed": 7})
+    assert got == 200 and r["generation_settings"]["n_predict"] == 4, r
+
+
+def test_a_character_cut_by_the_token_limit_is_not_sent_as_u_fffd(server: ServerProc) -> None:
+    """Issue 32: SmolLM2 answers "Say hello" with emoji; 10 tokens cut the fourth one in two. The incomplete
+    character is dropped (llama-server sends the bytes it has: U+FFFD), streamed or not."""
+    body = {"messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 10, "temperature": 0}
+    got, r = call(server, "POST", "/v1/chat/completions", body)
+    text = r["choices"][0]["message"]["content"]
+    assert got == 200 and "\ufffd" not in text and r["choices"][0]["finish_reason"] == "length", r
+    stream = curl(server, "/v1/chat/completions", body | {"stream": True})
+    assert "\\ufffd" not in stream and "\ufffd" not in stream
 
 
 def test_lora_adapters_on_a_server_without_adapters(server: ServerProc) -> None:

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from edgellama.generation import StopStrings
+from edgellama.params import INT32_MAX
 from edgellama.service import protocol as P
-from edgellama.service.scheduler import _split_stop
 
 
 def test_a_completion_request_takes_llama_cpp_names() -> None:
@@ -54,11 +55,11 @@ def test_bad_requests_name_the_problem(line: bytes, words: str) -> None:
 
 
 def test_stop_strings_are_held_back_until_decided() -> None:
-    assert _split_stop("Hello wor", ["world!"], final=False) == ("Hello ", "wor", False)
-    assert _split_stop("Hello world!", ["world!"], final=False) == ("Hello ", "", True)
-    assert _split_stop("Hello wor", ["world!"], final=True) == ("Hello wor", "", False)
-    assert _split_stop("abc", [], final=False) == ("abc", "", False)
-    assert _split_stop("x END y", ["END", "y"], final=False) == ("x ", "", True)  # the earliest stop wins
+    assert StopStrings(["world!"]).split("Hello wor", final=False) == ("Hello ", "wor", None)
+    assert StopStrings(["world!"]).split("Hello world!", final=False) == ("Hello ", "", "world!")
+    assert StopStrings(["world!"]).split("Hello wor", final=True) == ("Hello wor", "", None)
+    assert StopStrings([]).split("abc", final=False) == ("abc", "", None)
+    assert StopStrings(["END", "y"]).split("x END y", final=False) == ("x ", "", "END")  # the earliest stop wins
 
 
 def _mutations(rng: random.Random) -> list[Any]:
@@ -68,7 +69,8 @@ def _mutations(rng: random.Random) -> list[Any]:
 
 
 BIG = "__1e999__"  # written into the line as 1e999: a JSON number that reads as infinity
-FUZZ_FIELDS = ["id", "type", "prompt", "messages", "stop", *P._FIELDS, "unknown_field"]
+FUZZ_FIELDS = ["id", "type", "prompt", "messages", "stream", "cache_prompt", "special", *P.PARAM_FIELDS,
+               "unknown_field"]
 
 
 def test_fuzzed_requests_are_served_or_refused_by_name() -> None:
@@ -95,7 +97,8 @@ def test_fuzzed_requests_are_served_or_refused_by_name() -> None:
         accepted += 1
         if isinstance(r, P.Completion):
             SamplerParams(temp=r.temperature, top_k=r.top_k, top_p=r.top_p, min_p=r.min_p,
-                          repeat_penalty=r.repeat_penalty, repeat_last_n=r.repeat_last_n, seed=r.seed).validate()
-            assert -1 <= r.n_predict <= P.INT32_MAX
+                          repeat_penalty=r.repeat_penalty, repeat_last_n=r.repeat_last_n, mirostat=r.mirostat,
+                          mirostat_lr=r.mirostat_eta, mirostat_ent=r.mirostat_tau, seed=r.seed).validate()
+            assert -1 <= r.n_predict <= INT32_MAX
     assert accepted > 100 and refused > 1000, (accepted, refused)
 

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+from edgellama.gguf.limits import INT32_MAX
+
 EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 
@@ -27,9 +29,10 @@ class Parser(argparse.ArgumentParser):
 
 def expected_errors() -> tuple[type[BaseException], ...]:
     from edgellama.default_model import ModelNotAvailable
+    from edgellama.generation import NonFiniteLogits
     from edgellama.gguf.reader import GGUFError
 
-    errs: list[type[BaseException]] = [GGUFError, ModelNotAvailable, OSError, ValueError]
+    errs: list[type[BaseException]] = [GGUFError, ModelNotAvailable, NonFiniteLogits, OSError, ValueError]
     try:
         from edgellama.native.lib import KernelError
 
@@ -151,7 +154,6 @@ def model_path(args: argparse.Namespace) -> Path:
     return default_model_path()
 
 
-INT32_MAX = (1 << 31) - 1
 MAX_CTX = 1 << 24  # memplan.MAX_CTX, repeated so that `info` need not import numpy to check a flag
 MAX_THREADS = 64
 

@@ -14,10 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-import numpy as np
-import numpy.typing as npt
-
-from edgellama.cli.common import INT32_MAX, add_model_args, check_range, load
+from edgellama.cli.common import add_model_args, load
 from edgellama.session import check_session_path
 
 COLOR_PROMPT, COLOR_RESET = "\x1b[33m", "\x1b[0m"  # llama-cli's yellow prompt
@@ -125,19 +122,19 @@ def _print_timings(tm: Any, err: TextIO) -> None:
     err.flush()
 
 
-class _NoEOS:
-    """--ignore-eos: end-of-text tokens are never sampled (llama.cpp biases them to -inf)."""
+def _params(args: argparse.Namespace) -> Any:
+    """The flags as request parameters, checked by the request-parameter table (messages name the flags)."""
+    from edgellama import params as R
 
-    def __init__(self, sampler: Any, eog: set[int]) -> None:
-        self.inner, self.eog = sampler, np.fromiter(eog, dtype=np.int64)
+    return R.check(R.GenParams(n_predict=args.n_predict, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
+                               min_p=args.min_p, repeat_penalty=args.repeat_penalty,
+                               repeat_last_n=args.repeat_last_n, mirostat=args.mirostat,
+                               mirostat_tau=args.mirostat_ent, mirostat_eta=args.mirostat_lr, seed=args.seed,
+                               ignore_eos=args.ignore_eos, stop=list(args.reverse_prompt)), R.CLI)
 
-    def accept(self, token: int) -> None:
-        self.inner.accept(token)
 
-    def sample(self, logits: npt.NDArray[np.float32]) -> int:
-        masked = logits.copy()
-        masked[self.eog] = -np.inf
-        return int(self.inner.sample(masked))
+# the generation's stop reasons as `run --json` has always named them
+_JSON_REASON = {"eos": "stop", "stop": "reverse_prompt"}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -157,8 +154,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from edgellama.generation import build_sampler
     from edgellama.llm import ContextFull
-    from edgellama.sampling import Sampler, SamplerParams
+    from edgellama.tokenizers.chat import render_prompt
 
     text = _prompt_text(args)
     if args.escape:
@@ -166,20 +164,13 @@ def _run(args: argparse.Namespace) -> int:
     conversation = args.conversation and not args.no_conversation
     chat = args.chat or conversation or args.chat_template is not None
     interactive = (args.interactive or args.interactive_first or conversation) and not args.single_turn
-    check_range("-n/--n-predict", args.n_predict, -1, INT32_MAX)
+    params = _params(args)
     if args.prompt_cache:
         check_session_path(Path(args.prompt_cache))
-    if args.seed < -1:
-        raise ValueError("-s/--seed must be >= 0, or -1 for a random seed")
     out, err = sys.stdout, sys.stderr
-    random_seed = args.seed == -1
+    random_seed = params.seed is None
     if random_seed:
-        args.seed = random.SystemRandom().randrange(2**32)
-    params = SamplerParams(temp=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                           repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
-                           mirostat=args.mirostat, mirostat_lr=args.mirostat_lr,
-                           mirostat_ent=args.mirostat_ent, seed=args.seed)
-    params.validate()
+        args.seed = params.seed = random.SystemRandom().randrange(2**32)
     from edgellama.grammar import grammar_from_args
 
     grammar = grammar_from_args(args.grammar, args.grammar_file, args.json_schema)  # refused before the model loads
@@ -201,10 +192,8 @@ def _run(args: argparse.Namespace) -> int:
             except SessionError as exc:
                 err.write(f"edgellama: ignoring prompt cache: {exc}\n")
         tok = llm.tokenizer
-        sampler: Any = Sampler(params, llm.n_ctx)
-        if args.ignore_eos:
-            sampler = _NoEOS(sampler, tok.eot_ids)
-        stops = list(args.reverse_prompt) + (list(fmt.stop_pieces) if fmt is not None else [])
+        sampler = build_sampler(params, tok, llm.n_ctx)  # shared by the turns: penalties see the whole session
+        stops = list(params.stop) + (list(fmt.stop_pieces) if fmt is not None else [])
         messages: list[dict[str, str]] = []
         if args.system:
             messages.append({"role": "system", "content": args.system})
@@ -231,7 +220,7 @@ def _run(args: argparse.Namespace) -> int:
             turn += 1
             if fmt is not None:
                 history = messages + [{"role": "user", "content": user}]
-                ids = tok.encode(fmt.render(history), add_special=not fmt.added_special, parse_special=True)
+                ids = render_prompt(fmt, history).encode(tok)
             else:
                 history = []
                 ids = tok.encode(transcript + user, add_special=True, parse_special=args.special)
@@ -258,7 +247,6 @@ def _run(args: argparse.Namespace) -> int:
                     out.write("\n\n")  # the question, then the answer: chat text is not one continuation
                 out.flush()
             reply = ""
-            hit: list[str] = []
             on_prompt = None
             if args.prompt_cache and first_turn_cache:
                 def on_prompt() -> None:
@@ -269,18 +257,17 @@ def _run(args: argparse.Namespace) -> int:
                 from edgellama.grammar import constrain
 
                 turn_sampler = constrain(sampler, grammar, tok)
-            for ev in llm.generate(ids, turn_sampler, args.n_predict, stop_ids=set() if args.ignore_eos else None,
-                                   should_stop=lambda hit=hit: bool(hit), on_prompt=on_prompt):
+            # raw text keeps a reverse prompt in the text, as llama-cli shows it; a chat reply ends before it
+            reason = ""
+            for ev in llm.generate(ids, turn_sampler, params.n_predict, stop_ids=set() if args.ignore_eos else None,
+                                   on_prompt=on_prompt, stops=stops, keep_stop=fmt is None):
                 piece = ev.text
                 reply += piece
-                found = [s for s in stops if s and s in reply]
-                if found and not hit:
-                    hit.append(found[0])
                 if args.json:
                     if piece or ev.kind == "token":
                         _emit(out, {"event": "token", "id": ev.token, "text": piece})
                     if ev.kind == "done":
-                        reason = "reverse_prompt" if hit else ev.stop_reason
+                        reason = _JSON_REASON.get(ev.stop_reason, ev.stop_reason)
                         _emit(out, {"event": "done", "stop_reason": reason, "timings": ev.timings.as_dict()})
                 else:
                     out.write(piece + ("\n" if ev.kind == "done" else ""))
@@ -290,8 +277,6 @@ def _run(args: argparse.Namespace) -> int:
                 if ev.kind == "done" and ev.stop_reason == "context":
                     err.write(f"edgellama: the context is full ({llm.n_ctx} tokens, -c) and --no-context-shift "
                               "is set: generation stopped\n")
-            if hit and fmt is not None:
-                reply = reply[:reply.index(hit[0])]
             if fmt is not None:
                 messages.append({"role": "assistant", "content": reply})
             else:

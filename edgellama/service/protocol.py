@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from edgellama import params as R
+from edgellama.params import GenParams
+
 VERSION = 1
-INT32_MAX = 2**31 - 1  # the sampler's and the engine's integer fields
 
 # Stable error codes: clients branch on these, so they never change meaning.
 BAD_REQUEST = "bad_request"  # not JSON, not UTF-8, a wrong field or type, no chat template
@@ -35,28 +38,19 @@ class ProtocolError(ValueError):
         self.req_id = req_id
 
 
-@dataclass
-class Completion:
-    """A generation request: `prompt` text or chat `messages`, with llama.cpp's sampling names."""
+@dataclass(kw_only=True)
+class Completion(GenParams):
+    """A generation request: `prompt` text or chat `messages`, with the request-parameter table's
+    fields (edgellama.params.GenParams: llama.cpp's sampling names, `stop`, the parsed `constraint`)."""
 
     id: str | int
     prompt: str | None = None
     messages: list[dict[str, str]] | None = None
-    n_predict: int = -1
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    repeat_penalty: float = 1.0
-    repeat_last_n: int = 64
-    seed: int | None = None
-    stop: list[str] = field(default_factory=list)
     stream: bool = True
     cache_prompt: bool = True
     special: bool = False  # parse special tokens written in a raw prompt
     grammar: str | None = None  # GBNF text (docs/grammar.md)
     json_schema: Any = None  # a JSON Schema object, turned into a grammar
-    constraint: Any = None  # the parsed grammar of either (edgellama.grammar.Grammar), checked at parse time
     lora: list[tuple[int, float]] | None = None  # (adapter id, scale); None: the server's default scales
 
 
@@ -71,21 +65,10 @@ class Control:
 Request = Completion | Control
 
 _NUM = (int, float)
-# field -> (accepted JSON types, description for the error message)
-_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
-    "n_predict": ((int,), "an integer"),
-    "temperature": (_NUM, "a number"),
-    "top_k": ((int,), "an integer"),
-    "top_p": (_NUM, "a number"),
-    "min_p": (_NUM, "a number"),
-    "repeat_penalty": (_NUM, "a number"),
-    "repeat_last_n": ((int,), "an integer"),
-    "seed": ((int,), "an integer"),
-    "stream": ((bool,), "true or false"),
-    "cache_prompt": ((bool,), "true or false"),
-    "special": ((bool,), "true or false"),
-}
-_COMPLETION_KEYS = {"type", "id", "prompt", "messages", "stop", "grammar", "json_schema", "lora", *_FIELDS}
+# protocol v1's own fields beside the request-parameter table's (edgellama.params.FIELDS)
+_FLAGS = ("stream", "cache_prompt", "special")
+PARAM_FIELDS = tuple(R.names(R.V1))
+_COMPLETION_KEYS = {"type", "id", "prompt", "messages", "grammar", "json_schema", "lora", *_FLAGS, *PARAM_FIELDS}
 MAX_LORA_ENTRIES = 64
 _CONTROL_KEYS = {"type", "id"}
 TYPES = ("completion", "health", "metrics", "cancel")
@@ -116,6 +99,13 @@ def parse_line(line: bytes) -> Request:
         raise ProtocolError(BAD_REQUEST, "the line is not JSON this server takes: nested too deep") from None
     except ValueError as exc:  # an integer of thousands of digits (Python's int conversion limit)
         raise ProtocolError(BAD_REQUEST, f"the line is not JSON this server takes: {exc}") from None
+    return parse_object(obj)
+
+
+def parse_object(obj: Any, spelling: Mapping[str, str] | None = None) -> Request:
+    """A parsed request object (a JSON line's, or one HTTP or the serial text mode built) -> a request;
+    raises ProtocolError. spelling: protocol v1 field name -> the name the client used (OpenAI's
+    max_tokens for n_predict), so a message names the field as the client wrote it."""
     if not isinstance(obj, dict):
         raise ProtocolError(BAD_REQUEST, "a request must be a JSON object")
     req_id = obj.get("id")
@@ -134,16 +124,18 @@ def parse_line(line: bytes) -> Request:
         return Control(kind, req_id)
     if req_id is None:
         raise ProtocolError(BAD_REQUEST, "a completion request needs an 'id' (string or integer)")
-    return _completion(obj, req_id)
+    return _completion(obj, req_id, spelling or {})
 
 
-def _completion(obj: dict[str, Any], req_id: str | int) -> Completion:
+def _completion(obj: dict[str, Any], req_id: str | int, spelling: Mapping[str, str]) -> Completion:
     req = Completion(id=req_id)
     prompt, messages = obj.get("prompt"), obj.get("messages")
     if (prompt is None) == (messages is None):
         raise ProtocolError(BAD_REQUEST, "give exactly one of 'prompt' or 'messages'", req_id)
     if prompt is not None:
         _check_type("prompt", prompt, (str,), "a string", req_id)
+        if not prompt:
+            raise ProtocolError(BAD_REQUEST, "field 'prompt' must not be empty", req_id)
         req.prompt = prompt
     else:
         if not isinstance(messages, list) or not messages:
@@ -156,20 +148,17 @@ def _completion(obj: dict[str, Any], req_id: str | int) -> Completion:
             if m["role"] not in ("system", "user", "assistant"):
                 raise ProtocolError(BAD_REQUEST, f"messages[{i}]: unknown role {m['role']!r}", req_id)
         req.messages = messages
-    for name, (types, what) in _FIELDS.items():
-        if name in obj and not (name == "seed" and obj[name] is None):
-            _check_type(name, obj[name], types, what, req_id)
+    for name in _FLAGS:
+        if name in obj:
+            _check_type(spelling.get(name, name), obj[name], (bool,), "true or false", req_id)
             setattr(req, name, obj[name])
-    stop = obj.get("stop", [])
-    if isinstance(stop, str):
-        stop = [stop]
-    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop) or len(stop) > 16:
-        raise ProtocolError(BAD_REQUEST, "field 'stop' must be a string or a list of up to 16 non-empty strings",
-                            req_id)
-    req.stop = stop
+    try:
+        R.update(req, {R.names(R.V1)[k]: v for k, v in obj.items() if k in PARAM_FIELDS}, R.V1)
+    except R.ParamError as exc:
+        name = spelling.get(exc.field, exc.field)
+        raise ProtocolError(BAD_REQUEST, f"'{name}' {exc.detail}", req_id) from None
     if "lora" in obj:
         req.lora = parse_lora(obj["lora"], req_id)
-    _check_ranges(req)
     _constraint(obj, req)
     return req
 
@@ -234,34 +223,6 @@ def _constraint(obj: dict[str, Any], req: Completion) -> None:
     except RecursionError:
         raise ProtocolError(BAD_REQUEST, "grammar or json_schema nested too deep", req.id) from None
     req.grammar, req.json_schema = grammar or None, schema
-
-
-def _check_ranges(r: Completion) -> None:
-    def bad(msg: str) -> ProtocolError:
-        return ProtocolError(BAD_REQUEST, msg, r.id)
-
-    for name in ("temperature", "top_p", "min_p", "repeat_penalty"):
-        if not math.isfinite(getattr(r, name)):  # 1e999 reads as infinity
-            raise bad(f"'{name}' must be a finite number")
-    for name in ("n_predict", "top_k", "repeat_last_n"):
-        if getattr(r, name) > INT32_MAX:
-            raise bad(f"'{name}' must be at most {INT32_MAX}")
-    if r.n_predict < -1:
-        raise bad("'n_predict' must be >= -1 (-1: up to the server's --max-tokens)")
-    if r.temperature < 0:
-        raise bad("'temperature' must be >= 0")
-    if r.top_k < 0:
-        raise bad("'top_k' must be >= 0")
-    if not 0 <= r.top_p <= 1:
-        raise bad("'top_p' must be in [0, 1]")
-    if not 0 <= r.min_p <= 1:
-        raise bad("'min_p' must be in [0, 1]")
-    if r.repeat_penalty <= 0:
-        raise bad("'repeat_penalty' must be > 0")
-    if r.repeat_last_n < -1:
-        raise bad("'repeat_last_n' must be >= -1")
-    if r.seed is not None and not 0 <= r.seed < 2**63:
-        raise bad("'seed' must be in 0..2^63-1")
 
 
 def encode(event: dict[str, Any]) -> bytes:

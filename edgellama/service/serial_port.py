@@ -248,6 +248,7 @@ class PortServer(Protocol):
     metrics: Any
 
     def handle_line(self, conn: Any, line: bytes) -> None: ...
+    def handle_request(self, conn: Any, obj: dict[str, Any]) -> None: ...
     def connection_gone(self, conn: Any) -> None: ...
 
 
@@ -305,9 +306,7 @@ class SerialPort:
         """The server's Connection.close(): a port stays open (it has no peer that left)."""
 
     def _submit_text(self, obj: dict[str, Any]) -> None:
-        import json
-
-        self.server.handle_line(self, json.dumps(obj, ensure_ascii=False).encode("utf-8"))
+        self.server.handle_request(self, obj)
 
     def _write(self, data: bytes, final: bool = True, req_id: Any = None) -> None:
         """Queues bytes for the writer thread; never blocks. Past the port's buffer a request's further

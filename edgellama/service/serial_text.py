@@ -17,7 +17,7 @@ from edgellama.service import protocol as P
 from edgellama.service.serial_config import PortConfig
 
 # the protocol fields /set may change for this port's later prompts
-SETTABLE = ("n_predict", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed", "stop")
+SETTABLE = P.PARAM_FIELDS
 PENDING_MAX = 4  # lines received while an answer streams, answered after it in order
 HELP = ("commands: /reset (forget the conversation), /cancel (stop the answer), /health, "
         "/set [KEY VALUE] (sampling for later prompts: " + " ".join(SETTABLE) + "), /help; "
@@ -127,7 +127,7 @@ class TextSession:
         except ValueError:
             value = raw.strip()  # a bare word: a stop string
         try:  # checked by the protocol's own rules, as a JSON client's field would be
-            P.parse_line(json.dumps({"id": 0, "prompt": "", key: value}).encode())
+            P.parse_object({"id": 0, "prompt": "x", key: value})
         except P.ProtocolError as exc:
             self._err(exc.code, str(exc))
             return

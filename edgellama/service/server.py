@@ -136,8 +136,16 @@ class Server:
         conn.inflight.clear()
 
     def handle_line(self, conn: Client, line: bytes) -> None:
+        """A protocol v1 line from conn."""
+        self.handle_object(conn, line, P.parse_line)
+
+    def handle_request(self, conn: Client, obj: dict[str, Any]) -> None:
+        """A protocol v1 request object built by conn itself (the serial text mode): no JSON round trip."""
+        self.handle_object(conn, obj, P.parse_object)
+
+    def handle_object(self, conn: Client, raw: Any, parse: Callable[[Any], P.Request]) -> None:
         try:
-            req = P.parse_line(line)
+            req = parse(raw)
         except P.ProtocolError as exc:
             conn.send(P.error_event(exc.req_id, exc.code, str(exc)))
             self.metrics.outcome(exc.code)
@@ -228,14 +236,8 @@ class Server:
     def chat_prompt(self, messages: list[dict[str, Any]]) -> str:
         from edgellama.service.scheduler import render_chat
 
-        llm = self._llm()
-        system = self.scheduler.cfg.system_prompt  # added as the scheduler adds it to a chat request
-        if system and not any(m["role"] == "system" for m in messages):
-            messages = [{"role": "system", "content": system}, *messages]
-        rendered = render_chat(llm, messages)
-        # render_chat is changing from (text, add_special) to a ChatPrompt (the scheduler's rewrite, issue 32):
-        # either gives the text; keep only the second once that lands
-        return rendered[0] if isinstance(rendered, tuple) else rendered.text
+        # the --system-prompt added as the scheduler adds it to a chat request
+        return render_chat(self._llm(), messages, self.scheduler.cfg.system_prompt).text
 
     def snapshot(self) -> dict[str, Any]:
         return self.scheduler.snapshot()

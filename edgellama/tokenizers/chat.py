@@ -82,9 +82,6 @@ CHATML = ChatFormat(
 FORMATS = {"gemma": GEMMA, "chatml": CHATML}
 
 
-FORMATS = {"gemma": GEMMA, "chatml": CHATML}
-
-
 class JinjaChatTemplate:
     """The GGUF's chat template, with the variables llama-cpp-python's Jinja2ChatFormatter passes."""
 
@@ -155,3 +152,35 @@ def chat_formatter(md: Mapping[str, Any], named: str | None = None) -> ChatForma
         f"`{PULL_HINT}` and run with -m smollm2-135m-instruct, or name a format with --chat-template "
         f"{'|'.join(FORMATS)}"
     )
+
+
+SENTINEL = "\ue000"  # a private-use character that no chat template emits
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A rendered chat prompt and whether encoding must add BOS (a template writes it itself)."""
+
+    text: str
+    add_special: bool
+
+    def encode(self, tokenizer: Any) -> list[int]:
+        """Its token ids: special-token text (the template's turn markers) parsed."""
+        ids: list[int] = tokenizer.encode(self.text, add_special=self.add_special, parse_special=True)
+        return ids
+
+
+def render_prompt(fmt: ChatFormatter, messages: list[dict[str, Any]], system: str | None = None,
+                  add_generation_prompt: bool = True) -> ChatPrompt:
+    """messages through fmt (`run --chat`, the Python API and the service alike); system: a default
+    system message, put first when messages have none. Raises ValueError when the format refuses them."""
+    if system and not any(m.get("role") == "system" for m in messages):
+        messages = [{"role": "system", "content": system}, *messages]
+    return ChatPrompt(str(fmt.render(messages, add_generation_prompt=add_generation_prompt)), not fmt.added_special)
+
+
+def system_prefix(fmt: ChatFormatter, system: str) -> ChatPrompt:
+    """What every chat prompt with this system message starts with: the template up to the first user text
+    (a service evaluates it once and keeps its KV cache)."""
+    p = render_prompt(fmt, [{"role": "system", "content": system}, {"role": "user", "content": SENTINEL}])
+    return ChatPrompt(p.text[:p.text.index(SENTINEL)], p.add_special)

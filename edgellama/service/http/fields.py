@@ -1,6 +1,6 @@
 """Field names between HTTP and protocol v1: llama-server's and OpenAI's request bodies become protocol
-v1 request objects (validated afterwards by protocol.parse_line, the one set of rules), and protocol v1
-`done` events become llama-server's and OpenAI's result fields. No I/O here.
+v1 request objects (validated afterwards by protocol.parse_object, the one set of rules, with no JSON
+round trip), and protocol v1 `done` events become llama-server's and OpenAI's result fields. No I/O here.
 """
 
 from __future__ import annotations
@@ -67,13 +67,14 @@ def json_value(body: bytes) -> Any:
     return obj
 
 
-# llama-server's sampling names that protocol v1 takes as they are
-SAMPLING = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "cache_prompt")
+# a mapped request's side note for parse_v1 (never a field): protocol v1 name -> the client's name
+SPELLING = "__spelling__"
+# llama-server's names that protocol v1 takes as they are: the request-parameter table's, and cache_prompt
+SAMPLING = tuple(n for n in P.PARAM_FIELDS if n not in ("n_predict", "seed", "stop")) + ("cache_prompt",)
 # llama-server fields for samplers and features this engine does not have: accepted at the value that
 # turns them off (what a client sends when it copies llama-server's defaults), refused otherwise
 NEUTRAL: dict[str, Any] = {"n_probs": 0, "typical_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
-                           "dynatemp_range": 0.0, "mirostat": 0, "dry_multiplier": 0.0, "xtc_probability": 0.0,
-                           "ignore_eos": False, "n_keep": 0, "min_keep": 0, "t_max_predict_ms": 0,
+                           "dynatemp_range": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0, "n_keep": 0, "min_keep": 0, "t_max_predict_ms": 0,
                            "id_slot": -1, "n_cmpl": 1, "n": 1, "logprobs": False, "top_logprobs": 0,
                            "post_sampling_probs": False, "return_tokens": False, "timings_per_token": False,
                            "return_progress": False, "logit_bias": None}
@@ -158,9 +159,11 @@ def llama_completion(obj: dict[str, Any], req_id: str) -> dict[str, Any]:
 
 def _openai_common(obj: dict[str, Any], v1: dict[str, Any]) -> None:
     _neutral(obj)
-    n = obj.get("max_completion_tokens", obj.get("max_tokens"))
-    if n is not None:
-        v1["n_predict"] = n
+    for name in ("max_completion_tokens", "max_tokens"):
+        if obj.get(name) is not None:
+            v1["n_predict"] = obj[name]
+            v1.setdefault(SPELLING, {})["n_predict"] = name  # messages name the field as the client sent it
+            break
     for name in (*SAMPLING, "stream"):  # llama.cpp's own sampling fields work here too
         if obj.get(name) is not None:
             v1[name] = obj[name]
@@ -232,8 +235,9 @@ def lora_list(obj: Any) -> list[tuple[int, float]]:
 
 def parse_v1(v1: dict[str, Any]) -> P.Completion:
     """Protocol v1's own validation of the mapped request: the same rules and messages as on JSON lines."""
+    spelling = v1.pop(SPELLING, None)
     try:
-        req = P.parse_line(json.dumps(v1).encode())
+        req = P.parse_object(v1, spelling)
     except P.ProtocolError as exc:
         raise from_protocol_error(exc.code, str(exc)) from None
     assert isinstance(req, P.Completion)

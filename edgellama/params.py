@@ -1,0 +1,193 @@
+"""The one table of request parameters: every field a generation request takes, once, with its type,
+range, default and its name in each front end (a `run` flag, protocol v1 / llama-server, OpenAI, the
+Python API). Every front end validates through `check`, so a rule and its message are the same
+everywhere; only the spelling of the field's name differs.
+
+Knows nothing of sockets, flags parsing or the engine: values in, GenParams or a ParamError out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from edgellama.gguf.limits import INT32_MAX  # the sampler's and the engine's integer fields are C int32
+
+SEED_MAX = (1 << 64) - 1  # the sampler's generator takes any 64-bit seed
+MAX_STOPS = 16
+
+# the front ends, each with its own spelling of a field's name in messages
+CLI, V1, OPENAI, PYTHON = "cli", "v1", "openai", "python"
+
+
+class ParamError(ValueError):
+    """A request parameter outside what the engine takes; `name` is the field as the front end spells it."""
+
+    def __init__(self, name: str, message: str, field: str = "") -> None:
+        super().__init__(f"{name} {message}")
+        self.name = name  # as the front end spells it
+        self.field = field  # the GenParams attribute
+        self.detail = message
+
+
+@dataclass
+class GenParams:
+    """One request's generation settings (llama.cpp's names and defaults). `constraint` is a parsed
+    edgellama.grammar.Grammar (or None); `stop` holds the request's stop strings only (a chat format's
+    stop pieces are added by the generation object)."""
+
+    n_predict: int = -1
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    mirostat: int = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    seed: int | None = None  # None or -1: a random seed
+    ignore_eos: bool = False
+    stop: list[str] = field(default_factory=list)
+    constraint: Any = None
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str  # the GenParams attribute (protocol v1's and llama-server's name)
+    kind: str  # "int", "float", "bool", "seed", "stops"
+    names: Mapping[str, str]  # front end -> its spelling (missing: the front end does not take it)
+    lo: float | None = None  # inclusive bounds
+    hi: float | None = None
+    lo_open: bool = False  # lo itself refused (a penalty of 0 divides by zero)
+    choices: tuple[int, ...] = ()
+    hint: str = ""  # what a special value means, appended to a range message
+
+
+def _names(cli: str | None, v1: str | None = None, openai: str | None = None, python: str | None = None,
+           *, attr: str) -> dict[str, str]:
+    out = {V1: v1 or attr, OPENAI: openai or v1 or attr, PYTHON: python or attr}
+    if cli is not None:
+        out[CLI] = cli
+    return out
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("n_predict", "int", _names("-n/--n-predict", openai="max_tokens", python="max_tokens", attr="n_predict"),
+          -1, INT32_MAX, hint="-1: until the end of text or the limit"),
+    Field("temperature", "float", _names("--temp", attr="temperature"), 0.0, None, hint="0: greedy"),
+    Field("top_k", "int", _names("--top-k", attr="top_k"), 0, INT32_MAX, hint="0: off"),
+    Field("top_p", "float", _names("--top-p", attr="top_p"), 0.0, 1.0),
+    Field("min_p", "float", _names("--min-p", attr="min_p"), 0.0, 1.0),
+    Field("repeat_penalty", "float", _names("--repeat-penalty", attr="repeat_penalty"), 0.0, None, lo_open=True),
+    Field("repeat_last_n", "int", _names("--repeat-last-n", attr="repeat_last_n"), -1, INT32_MAX,
+          hint="-1: the context size"),
+    Field("mirostat", "int", _names("--mirostat", python="mirostat_mode", attr="mirostat"), choices=(0, 2),
+          hint="0: off, 2: mirostat v2; v1 is not implemented"),
+    Field("mirostat_tau", "float", _names("--mirostat-ent", attr="mirostat_tau"), 0.0, None, lo_open=True),
+    Field("mirostat_eta", "float", _names("--mirostat-lr", attr="mirostat_eta"), 0.0, None),
+    Field("seed", "seed", _names("-s/--seed", attr="seed"), -1, SEED_MAX, hint="-1: random"),
+    Field("ignore_eos", "bool", _names("--ignore-eos", attr="ignore_eos")),
+    Field("stop", "stops", _names("-r/--reverse-prompt", attr="stop")),
+)
+BY_NAME = {f.name: f for f in FIELDS}
+
+
+def spelled(f: Field, front: str) -> str:
+    name = f.names.get(front, f.name)
+    return name if front == CLI else f"'{name}'"
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e18 else str(x)
+
+
+def check_value(f: Field, value: Any, front: str = V1) -> Any:
+    try:
+        return _check_value(f, value, front)
+    except ParamError as exc:
+        raise ParamError(exc.name, exc.detail, f.name) from None
+
+
+def _check_value(f: Field, value: Any, front: str) -> Any:
+    """value as f takes it (an int of a float field becomes a float), or ParamError naming f as front spells
+    it. JSON's types are strict: true is not a number, 1.0 is not an integer."""
+    name = spelled(f, front)
+    if f.kind == "bool":
+        if not isinstance(value, bool):
+            raise ParamError(name, "must be true or false")
+        return value
+    if f.kind == "stops":
+        if isinstance(value, str):
+            value = [value]
+        if (not isinstance(value, list) or len(value) > MAX_STOPS
+                or not all(isinstance(s, str) and s for s in value)):
+            raise ParamError(name, f"must be a string or a list of up to {MAX_STOPS} non-empty strings")
+        return list(value)
+    if f.kind == "seed" and value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ParamError(name, "must be an integer" if f.kind in ("int", "seed") else "must be a number")
+    if f.kind in ("int", "seed"):
+        if not isinstance(value, int):
+            raise ParamError(name, "must be an integer")
+    else:
+        value = float(value)
+        if not math.isfinite(value):  # 1e999 reads as infinity; a NaN passes every comparison
+            raise ParamError(name, "must be a finite number")
+    hint = f" ({f.hint})" if f.hint else ""
+    if f.choices:
+        if value not in f.choices:
+            raise ParamError(name, f"must be one of {', '.join(map(str, f.choices))}{hint}")
+        return value
+    if f.kind == "seed" and not (value == -1 or 0 <= value <= SEED_MAX):
+        raise ParamError(name, f"must be in 0..2^64-1, or -1{hint}")
+    if f.hi is not None and value > f.hi:
+        if f.lo is not None and f.kind != "float":
+            raise ParamError(name, f"must be at most {_fmt(f.hi)} ({_fmt(f.lo)}..{_fmt(f.hi)}){hint}")
+        raise ParamError(name, f"must be in [{_fmt(f.lo or 0)}, {_fmt(f.hi)}]{hint}")
+    if f.lo is not None and (value < f.lo or (f.lo_open and value == f.lo)):
+        if f.hi is not None and f.kind == "float":
+            raise ParamError(name, f"must be in [{_fmt(f.lo)}, {_fmt(f.hi)}]{hint}")
+        raise ParamError(name, f"must be {'>' if f.lo_open else '>='} {_fmt(f.lo)}{hint}")
+    return value
+
+
+def check(params: GenParams, front: str = PYTHON) -> GenParams:
+    """Every field of params within the table's rules (messages name fields as front spells them)."""
+    for f in FIELDS:
+        setattr(params, f.name, check_value(f, getattr(params, f.name), front))
+    if params.seed == -1:
+        params.seed = None
+    return params
+
+
+def update(params: GenParams, values: Mapping[str, Any], front: str) -> GenParams:
+    """params with values (keys are GenParams names) checked and set; a JSON null keeps the default."""
+    for name, value in values.items():
+        f = BY_NAME[name]
+        if value is None and f.kind != "seed":
+            continue
+        setattr(params, name, check_value(f, value, front))
+    if params.seed == -1:
+        params.seed = None
+    return params
+
+
+def names(front: str) -> dict[str, str]:
+    """front's spelling -> GenParams name, for the fields front takes."""
+    return {f.names[front]: f.name for f in FIELDS if front in f.names}
+
+
+def as_dict(params: GenParams) -> dict[str, Any]:
+    """The table's fields of params (for /props and /slots), seed -1 for random as llama-server."""
+    out = {f.name: getattr(params, f.name) for f in FIELDS}
+    out["seed"] = -1 if params.seed is None else params.seed
+    out["stop"] = list(params.stop)
+    return out
+
+
+def field_names() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(GenParams) if f.name in BY_NAME)
