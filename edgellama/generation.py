@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from edgellama.params import GenParams
-from edgellama.sampling import Sampler, SamplerParams
+from edgellama.sampling import Sampler
 from edgellama.tokenizers.tokenizer import StreamDecoder, Tokenizer
 
 # Why a generation ended. eos: an end-of-generation token (or a grammar that is complete); stop: a stop
@@ -107,11 +107,7 @@ class _NoEOS:
 def build_sampler(params: GenParams, tokenizer: Tokenizer, n_ctx: int) -> Any:
     """The one place a sampler is built from request parameters: llama.cpp's chain, then ignore-eos, then
     the grammar (outermost, so its mask sees what the chain would draw)."""
-    sampler: Any = Sampler(SamplerParams(temp=params.temperature, top_k=params.top_k, top_p=params.top_p,
-                                         min_p=params.min_p, repeat_penalty=params.repeat_penalty,
-                                         repeat_last_n=params.repeat_last_n, mirostat=params.mirostat,
-                                         mirostat_lr=params.mirostat_eta, mirostat_ent=params.mirostat_tau,
-                                         seed=params.seed), n_ctx)
+    sampler: Any = Sampler(params, n_ctx)
     if params.ignore_eos:
         sampler = _NoEOS(sampler, tokenizer.eot_ids)
     if params.constraint is not None:

@@ -8,37 +8,24 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from edgellama import params as R
+from edgellama.params import GenParams
 
-@dataclass
-class SamplerParams:
-    temp: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    repeat_penalty: float = 1.0
-    repeat_last_n: int = 64
-    mirostat: int = 0
-    mirostat_lr: float = 0.1  # eta
-    mirostat_ent: float = 5.0  # tau
-    seed: int | None = None
+# the low-level API's names for three of the request parameters (llama-cli's flags without dashes)
+_ALIASES = {"temp": "temperature", "mirostat_lr": "mirostat_eta", "mirostat_ent": "mirostat_tau"}
 
-    def validate(self) -> None:
-        """Refuses what the samplers cannot use by the request-parameter table's rules (edgellama.params),
-        naming the attribute: NaN and infinities included (a NaN passes every `<` and `>` test)."""
-        from edgellama import params as R
 
-        for attr, name in (("temp", "temperature"), ("top_k", "top_k"), ("top_p", "top_p"), ("min_p", "min_p"),
-                           ("repeat_penalty", "repeat_penalty"), ("repeat_last_n", "repeat_last_n"),
-                           ("mirostat", "mirostat"), ("mirostat_lr", "mirostat_eta"),
-                           ("mirostat_ent", "mirostat_tau"), ("seed", "seed")):
-            f = R.BY_NAME[name]
-            R.check_value(R.Field(f.name, f.kind, {R.PYTHON: attr}, f.lo, f.hi, f.lo_open, f.choices, f.hint),
-                          getattr(self, attr), R.PYTHON)
+def SamplerParams(**fields: Any) -> GenParams:  # the name scripts and the low-level API use
+    """Request parameters (edgellama.params.GenParams: one definition of every field and default) under the
+    sampler's argument names: temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, mirostat,
+    mirostat_lr (eta), mirostat_ent (tau), seed."""
+    return GenParams(**{_ALIASES.get(k, k): v for k, v in fields.items()})
 
 
 def _softmax(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -49,14 +36,13 @@ def _softmax(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
 class Sampler:
     """Stateful sampler: remembers recent tokens (penalties) and mirostat's mu."""
 
-    def __init__(self, params: SamplerParams, n_ctx: int = 4096) -> None:
-        params.validate()
-        self.p = params
-        last_n = n_ctx if params.repeat_last_n == -1 else params.repeat_last_n
+    def __init__(self, params: GenParams, n_ctx: int = 4096) -> None:
+        self.p = R.check(replace(params), R.PYTHON)  # the request-parameter table's rules, on a copy
+        last_n = n_ctx if self.p.repeat_last_n == -1 else self.p.repeat_last_n
         self.history: deque[int] = deque(maxlen=max(last_n, 0) or 1)
         self._use_history = last_n > 0
-        self.rng = np.random.default_rng(None if params.seed == -1 else params.seed)
-        self.mu = 2.0 * params.mirostat_ent
+        self.rng = np.random.default_rng(self.p.seed)  # None: random
+        self.mu = 2.0 * self.p.mirostat_tau
 
     def accept(self, token: int) -> None:
         if self._use_history:
@@ -64,7 +50,7 @@ class Sampler:
 
     def reset(self) -> None:
         self.history.clear()
-        self.mu = 2.0 * self.p.mirostat_ent
+        self.mu = 2.0 * self.p.mirostat_tau
 
     def _penalize(self, logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         if self.p.repeat_penalty == 1.0 or not self.history:
@@ -79,7 +65,7 @@ class Sampler:
     def sample(self, logits: npt.NDArray[np.float32]) -> int:
         p = self.p
         logits = self._penalize(logits)
-        if p.temp <= 0.0 and not p.mirostat:
+        if p.temperature <= 0.0 and not p.mirostat:
             return int(np.argmax(logits))
         if p.mirostat == 2:
             return self._mirostat_v2(logits)
@@ -100,12 +86,12 @@ class Sampler:
         if p.min_p > 0.0 and cand.size > 1:
             keep_mask = cand >= cand[0] + math.log(p.min_p)
             idx, cand = idx[keep_mask], cand[keep_mask]
-        probs = _softmax(cand / max(p.temp, 1e-8))
+        probs = _softmax(cand / max(p.temperature, 1e-8))
         return int(idx[self.rng.choice(idx.size, p=probs)])
 
     def _mirostat_v2(self, logits: npt.NDArray[np.float32]) -> int:
         p = self.p
-        x = logits.astype(np.float64) / max(p.temp, 1e-8) if p.temp > 0 else logits.astype(np.float64)
+        x = logits.astype(np.float64) / max(p.temperature, 1e-8) if p.temperature > 0 else logits.astype(np.float64)
         probs = _softmax(x)
         order = np.argsort(-probs, kind="stable")
         sorted_p = probs[order]
@@ -115,5 +101,5 @@ class Sampler:
         cp = sorted_p[:keep] / sorted_p[:keep].sum()
         j = int(self.rng.choice(keep, p=cp))
         surprise = -math.log2(max(cp[j], 1e-300))
-        self.mu -= p.mirostat_lr * (surprise - p.mirostat_ent)
+        self.mu -= p.mirostat_eta * (surprise - p.mirostat_tau)
         return int(cand[j])

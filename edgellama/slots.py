@@ -37,10 +37,6 @@ class Slot:
     def tokens(self) -> list[int]:
         return self.seq.tokens
 
-    @property
-    def n_shifts(self) -> int:
-        return self.seq.n_shifts
-
 
 class Slots:
     """The sequences of llm.engine (LLM(..., n_seq=N)) as slots. Slot 0 is sequence 0, the very

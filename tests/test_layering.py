@@ -134,3 +134,12 @@ def test_http_reaches_the_service_only_through_its_interface() -> None:
     bad = sorted(f"{m} imports {w}" for m in reached for w in graph[m]
                  if any(w == f or w.startswith(f + ".") for f in HTTP_FORBIDDEN))
     assert not bad, "the HTTP front end reaches past service/api.py: " + "; ".join(bad)
+
+
+def test_no_import_cycle_anywhere_in_the_package() -> None:
+    """Issue 32's cycles (completion <-> llm, scheduler <-> slot_request, serial_port <-> serial_text, the
+    HTTP loop through server.py) and any new one: every module of edgellama/, imports of the package root
+    aside (edgellama/__init__.py re-exports the API and imports submodules lazily)."""
+    graph = {_module_name(p): _imports(p) - {"edgellama"} for p in sorted((ROOT / "edgellama").rglob("*.py"))}
+    assert {"edgellama.completion", "edgellama.llm", "edgellama.generation"} <= set(graph)
+    assert _cycles(graph) == []

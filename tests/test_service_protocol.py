@@ -76,8 +76,8 @@ FUZZ_FIELDS = ["id", "type", "prompt", "messages", "stream", "cache_prompt", "sp
 def test_fuzzed_requests_are_served_or_refused_by_name() -> None:
     """Issue 15's standard for the service's input: every field given every JSON type and extreme values (one
     or two at a time, 3,000 requests): parse_line refuses it with a bad_request, or what it accepts is
-    something the sampler takes (SamplerParams.validate) and the engine's integer fields hold."""
-    from edgellama.sampling import SamplerParams
+    something the sampler takes (Sampler(...)) and the engine's integer fields hold."""
+    from edgellama.sampling import Sampler
 
     rng = random.Random(15)
     accepted = refused = 0
@@ -96,9 +96,7 @@ def test_fuzzed_requests_are_served_or_refused_by_name() -> None:
             continue
         accepted += 1
         if isinstance(r, P.Completion):
-            SamplerParams(temp=r.temperature, top_k=r.top_k, top_p=r.top_p, min_p=r.min_p,
-                          repeat_penalty=r.repeat_penalty, repeat_last_n=r.repeat_last_n, mirostat=r.mirostat,
-                          mirostat_lr=r.mirostat_eta, mirostat_ent=r.mirostat_tau, seed=r.seed).validate()
+            Sampler(r)  # a Completion is the request parameters: the sampler checks them by the same table
             assert -1 <= r.n_predict <= INT32_MAX
     assert accepted > 100 and refused > 1000, (accepted, refused)
 

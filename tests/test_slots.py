@@ -76,7 +76,7 @@ def test_each_sequence_stepped_together_gives_its_solo_tokens_and_logits(model: 
                     del where[q]
                 else:
                     slots.feed(slots.slots[i], got[q][-1])
-        assert max_together == 3 and sum(s.n_shifts for s in slots.slots) > 0  # together, and one shifted
+        assert max_together == 3 and sum(s.seq.n_shifts for s in slots.slots) > 0  # together, and one shifted
         for q in range(len(PROMPTS)):
             assert got[q] == want[q][0], f"sequence {q}: tokens differ from its run alone"
             assert seen[q] == want[q][1], f"sequence {q}: logits differ from its run alone"

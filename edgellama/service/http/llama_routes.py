@@ -11,6 +11,7 @@ from typing import Any
 
 import h11
 
+from edgellama import params
 from edgellama.service import protocol as P
 from edgellama.service.api import NotReady, Tokenizer
 from edgellama.service.http import fields as F
@@ -56,11 +57,10 @@ async def metrics(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
 def default_params(conn: HttpConnection, req: P.Completion | None = None) -> dict[str, Any]:
     """A request's sampling settings by llama-server's names (protocol v1's defaults when req is None)."""
     r = req if req is not None else P.Completion(id=0)
-    return {"n_predict": r.n_predict, "seed": r.seed if r.seed is not None else -1, "temperature": r.temperature,
-            "top_k": r.top_k, "top_p": r.top_p, "min_p": r.min_p, "repeat_last_n": r.repeat_last_n,
-            "repeat_penalty": r.repeat_penalty, "stop": list(r.stop), "max_tokens": conn.service.max_tokens,
-            "stream": r.stream, "n_probs": 0, "cache_prompt": r.cache_prompt,
-            "samplers": ["penalties", "top_k", "top_p", "min_p", "temperature"],
+    return {**params.as_dict(r), "max_tokens": conn.service.max_tokens, "stream": r.stream, "n_probs": 0,
+            "cache_prompt": r.cache_prompt,
+            "samplers": ["penalties", "mirostat"] if r.mirostat else ["penalties", "top_k", "top_p", "min_p",
+                                                                       "temperature"],
             "lora": [{"id": i, "scale": sc} for i, sc in r.lora or []]}  # the request's own, as llama-server
 
 
