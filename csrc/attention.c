@@ -98,6 +98,8 @@ static void chunk_partial(const attn_ctx *x, float *wk, size_t iq, size_t hk, co
     }
 
     for (size_t i = 0; i < n * g; i++) s[i] *= a->scale;
+    if (a->softcap > 0.0f)
+        for (size_t i = 0; i < n * g; i++) s[i] = a->softcap * tanhf(s[i] / a->softcap);
     for (size_t h = 0; h < g; h++) {
         float mx = -INFINITY;
         for (size_t t = 0; t < n; t++) mx = s[t * g + h] > mx ? s[t * g + h] : mx;
@@ -292,7 +294,7 @@ int el_attention(const float *q, size_t n_q, const int32_t *q_pos, size_t n_head
     float *scratch = el_size_ok(bytes) ? malloc(bytes) : NULL;
     if (!scratch) return EL_ENOMEM;
     el_attn_args a = {q, n_q, q_pos, n_head, n_head_kv, head_dim, kv_type, k, v, kv_pos, n_kv,
-                      window, scale, out, scratch};
+                      window, scale, 0.0f, out, scratch};
     el_attention_run(NULL, &a);
     free(scratch);
     return EL_OK;

@@ -18,6 +18,7 @@ typedef struct {
     size_t n_kv;
     int32_t window;          /* 0 = no sliding window */
     float scale;
+    float softcap;           /* scores become softcap * tanh(score / softcap); 0 = none */
     float *out;              /* n_q x n_head x head_dim */
     float *scratch;          /* el_attention_scratch_floats() floats */
 } el_attn_args;

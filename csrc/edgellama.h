@@ -130,14 +130,28 @@ enum el_act { EL_ACT_SILU = 0, EL_ACT_GELU = 1 };
 typedef struct el_layer {
     el_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, attn_post_norm;
     el_tensor ffn_norm, w_gate, w_up, w_down, ffn_post_norm;
+    el_tensor rope_freqs;         /* F32, n_rot/2 divisors of the rotation frequencies (Llama 3's
+                                     scaling, Phi-3's LongRoPE factors); data NULL = none */
     float rope_base, rope_scale;  /* per layer: Gemma 3 local layers use another base */
     int32_t window;               /* sliding window in tokens, 0 = global */
+    int32_t no_rope;              /* 1: queries and keys are not rotated (SmolLM3's every 4th layer) */
 } el_layer;
+
+/* YaRN (rope.scaling.type yarn): ext_factor 0 = off; a layer's rope_scale is then 1/factor. The
+ * rotation's cos and sin are multiplied by attn_factor (LongRoPE's attention factor; YaRN's own
+ * magnitude correction on top when ext_factor != 0); 0 = 1 = none, so a zeroed struct is plain RoPE. */
+typedef struct el_rope_ext {
+    float ext_factor, attn_factor, beta_fast, beta_slow;
+    int32_t n_ctx_orig;           /* YaRN's original context (its correction dims depend on it) */
+} el_rope_ext;
 
 typedef struct el_model_desc {
     int arch, act, rope_neox;
     int32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_rot, n_ff, n_vocab;
     float norm_eps, emb_scale, attn_scale;
+    float attn_softcap, final_softcap;        /* Gemma 2's cap*tanh(x/cap) of the attention scores and
+                                                 of the logits; 0 = none */
+    el_rope_ext rope;
     el_tensor tok_embd, output_norm, output;  /* output.data NULL = tied to tok_embd */
     const el_layer *layers;                   /* n_layer entries */
 } el_model_desc;
@@ -173,7 +187,8 @@ EL_API int el_model_plan(const el_model_desc *desc, int32_t n_ctx, int32_t n_bat
  * own order of every float operation (its x86 AVX2/AVX-512 build, flash attention off), so logits
  * equal llama.cpp's bit for bit on any CPU (portable C, with SIMD versions of the same bits), at
  * some cost in speed. LLAMACPP needs an F16 KV cache and weights of the
- * types it implements (Q5_0, Q8_0, Q4_1, Q4_K with rows % 8 == 0, Q6_K; F32 norms): EL_EUNSUPPORTED
+ * types it implements (Q5_0, Q8_0, Q4_1, Q4_K with rows % 8 == 0, Q6_K; F32 norms) and no soft-capping
+ * (Gemma 2): EL_EUNSUPPORTED
  * otherwise. Its scratch (el_model_numerics_bytes, then counted in el_model_scratch_bytes) is
  * allocated here, once. Exact while no ring has wrapped and no shift ran. */
 enum el_numerics { EL_NUMERICS_NATIVE = 0, EL_NUMERICS_LLAMACPP = 1 };

@@ -153,9 +153,10 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
         add_bias(m->v, &L->bv, n, KVD);
         if (L->q_norm.data) norm_rows(m->q, m->q, &L->q_norm, n * NH, HD, d->norm_eps);
         if (L->k_norm.data) norm_rows(m->k, m->k, &L->k_norm, n * NKV, HD, d->norm_eps);
-        for (size_t i = 0; i < n; i++) {
+        const el_rope_args rope = el_rope_init(d, L, 1);
+        for (size_t i = 0; i < n && !L->no_rope; i++) {
             float *cs = m->cs + i * HD;
-            el_rope_cache(cs, (size_t)d->n_rot, m->q_pos[i], L->rope_base, L->rope_scale);
+            el_rope_cache(cs, (size_t)d->n_rot, m->q_pos[i], &rope);
             const int fused = m->ops->rope_fused;
             el_rope_apply(m->q + i * QD, NH, HD, (size_t)d->n_rot, cs, d->rope_neox, fused);
             el_rope_apply(m->k + i * KVD, NKV, HD, (size_t)d->n_rot, cs, d->rope_neox, fused);
@@ -170,7 +171,8 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
             kv_layer *c = &el_seq_kv(m, seq)[il];
             el_kv_store(m, c, m->k + r0 * KVD, m->v + r0 * KVD, r1 - r0, m->q_pos[r0]);
             args[na] = (el_attn_args){m->q + r0 * QD, r1 - r0, m->q_pos + r0, NH, NKV, HD, m->kv_type, c->k, c->v,
-                                      c->pos, (size_t)c->n_used, L->window, d->attn_scale, m->att + r0 * QD,
+                                      c->pos, (size_t)c->n_used, L->window, d->attn_scale, d->attn_softcap,
+                                      m->att + r0 * QD,
                                       m->attn_scratch};
             caches[na++] = c;
         }
@@ -226,6 +228,10 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
     if (m->lora_block) {
         const int32_t head = d->n_layer * EL_LORA_LAYER_TARGETS;
         el_lora_mm(m, &head, 1, xo.x, xo.n, &logits);
+    }
+    if (d->final_softcap > 0.0f) {
+        const float cap = d->final_softcap;
+        for (size_t i = 0; i < n_want * (size_t)d->n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
     }
     return EL_OK;
 }

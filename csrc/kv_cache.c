@@ -128,14 +128,15 @@ static int shift_held(el_model *m, int32_t seq, int32_t n_keep, int32_t n_discar
     for (int32_t il = 0; il < m->d.n_layer; il++) {
         kv_layer *c = &kv[il];
         const el_layer *L = &m->layers[il];
-        el_rope_cache(cs, (size_t)m->d.n_rot, -n_discard, L->rope_base, L->rope_scale);
+        const el_rope_args rope = el_rope_init(&m->d, L, 0); /* a pure rotation by -n_discard */
+        el_rope_cache(cs, (size_t)m->d.n_rot, -n_discard, &rope);
         if (!c->ring) {
             const int32_t from = n_keep + n_discard, n_move = c->n_used - from;
             if (n_move > 0) {
                 memmove((char *)c->k + (size_t)n_keep * slot, (char *)c->k + (size_t)from * slot, (size_t)n_move * slot);
                 memmove((char *)c->v + (size_t)n_keep * slot, (char *)c->v + (size_t)from * slot, (size_t)n_move * slot);
                 for (int32_t s = n_keep; s < n_keep + n_move; s++) {
-                    rerotate(m, (char *)c->k + (size_t)s * slot, cs);
+                    if (!L->no_rope) rerotate(m, (char *)c->k + (size_t)s * slot, cs);
                     c->pos[s] = s;
                 }
             }
@@ -150,7 +151,7 @@ static int shift_held(el_model *m, int32_t seq, int32_t n_keep, int32_t n_discar
             if (p < n_keep + n_discard) {
                 c->pos[s] = -1;
             } else {
-                rerotate(m, (char *)c->k + (size_t)s * slot, cs);
+                if (!L->no_rope) rerotate(m, (char *)c->k + (size_t)s * slot, cs);
                 c->pos[s] = p - n_discard;
             }
         }

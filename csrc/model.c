@@ -55,7 +55,17 @@ static int desc_ok(const el_model_desc *d) {
             !opt_ok(&L->attn_post_norm, E, 1, 0) || !opt_ok(&L->ffn_post_norm, E, 1, 0))
             return EL_EINVAL;
         if (L->window < 0 || !(L->rope_base > 0.0f) || !(L->rope_scale > 0.0f)) return EL_EINVAL;
+        if (!opt_ok(&L->rope_freqs, d->n_rot / 2, 1, 0) || (L->no_rope != 0 && L->no_rope != 1)) return EL_EINVAL;
     }
+    /* NaN fails every comparison: each test is written so that it refuses NaN */
+    const el_rope_ext *r = &d->rope;
+    if (!(r->attn_factor >= 0.0f && r->attn_factor < 1e6f) || !(r->ext_factor >= 0.0f && r->ext_factor <= 1.0f))
+        return EL_EINVAL;
+    if (r->ext_factor != 0.0f && !(r->n_ctx_orig > 0 && r->beta_fast > 0.0f && r->beta_fast < 1e6f &&
+                                   r->beta_slow > 0.0f && r->beta_slow < 1e6f))
+        return EL_EINVAL;
+    if (!(d->attn_softcap >= 0.0f && d->attn_softcap < 1e30f) || !(d->final_softcap >= 0.0f && d->final_softcap < 1e30f))
+        return EL_EINVAL;
     return EL_OK;
 }
 
@@ -289,10 +299,14 @@ static int llx_weights_ok(const el_model_desc *d) {
     return 1;
 }
 
+/* the graph's operations llama.cpp numerics reproduce: not soft-capping (its attention and output
+ * would need llama.cpp's tanh placement, not implemented there) */
+static int llx_graph_ok(const el_model_desc *d) { return d->attn_softcap == 0.0f && d->final_softcap == 0.0f; }
+
 size_t el_model_numerics_bytes(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int n_threads,
                                int numerics) {
     if (!desc || numerics != EL_NUMERICS_LLAMACPP || n_ctx <= 0 || n_batch <= 0 || n_threads < 1 ||
-        desc_ok(desc) != EL_OK || !llx_weights_ok(desc))
+        desc_ok(desc) != EL_OK || !llx_weights_ok(desc) || !llx_graph_ok(desc))
         return 0;
     el_span t[SC_COUNT];
     size_t block[2];
@@ -307,7 +321,7 @@ static int set_numerics_held(el_model *m, int numerics) {
         m->ops = ops;
         return EL_OK;
     }
-    if (m->kv_type != EL_TYPE_F16 || !llx_weights_ok(&m->d)) return EL_EUNSUPPORTED;
+    if (m->kv_type != EL_TYPE_F16 || !llx_weights_ok(&m->d) || !llx_graph_ok(&m->d)) return EL_EUNSUPPORTED;
     if (!m->llx_block) {
         el_span t[SC_COUNT];
         size_t block[2];

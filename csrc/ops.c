@@ -54,14 +54,42 @@ void el_softmax(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] *= inv;
 }
 
-void el_rope_cache(float *cs, size_t n_rot, int32_t pos, float freq_base, float freq_scale) {
-    /* theta_i = pos * base^(-2i/n_rot), built by repeated multiplication exactly as ggml does */
-    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+/* YaRN's correction dim: the rotary dim whose wavelength spans n_ctx_orig / n_rot turns */
+static float yarn_corr_dim(size_t n_dims, int32_t n_ctx_orig, float n_rot, float base) {
+    return (float)n_dims * logf((float)n_ctx_orig / (n_rot * 2.0f * 3.14159265358979323846f)) / (2.0f * logf(base));
+}
+
+el_rope_args el_rope_init(const el_model_desc *d, const el_layer *L, int magnitude) {
+    el_rope_args r = {L->rope_base, L->rope_scale, L->rope_freqs.data ? (const float *)L->rope_freqs.data : NULL,
+                      d->rope.ext_factor, magnitude && d->rope.attn_factor != 0.0f ? d->rope.attn_factor : 1.0f,
+                      {0.0f, 0.0f}};
+    if (r.ext_factor != 0.0f) {
+        const size_t n = (size_t)d->n_rot;
+        const float lo = floorf(yarn_corr_dim(n, d->rope.n_ctx_orig, d->rope.beta_fast, r.base));
+        const float hi = ceilf(yarn_corr_dim(n, d->rope.n_ctx_orig, d->rope.beta_slow, r.base));
+        r.corr[0] = lo > 0.0f ? lo : 0.0f;
+        r.corr[1] = hi < (float)(n - 1) ? hi : (float)(n - 1);
+        /* YaRN's magnitude correction (a shift rotates by a delta: no magnitude at all) */
+        if (magnitude) r.mscale *= 1.0f + 0.1f * logf(1.0f / r.scale);
+    }
+    return r;
+}
+
+void el_rope_cache(float *cs, size_t n_rot, int32_t pos, const el_rope_args *r) {
+    /* theta_i = pos * base^(-2i/n_rot), built by repeated multiplication exactly as ggml does; a
+     * frequency divisor, then the scale (linear), or YaRN's mix of scaled and unscaled per dim */
+    const float theta_scale = powf(r->base, -2.0f / (float)n_rot);
     float theta = (float)pos;
     for (size_t i = 0; i < n_rot / 2; i++) {
-        const float t = freq_scale * theta;
-        cs[2 * i] = cosf(t);
-        cs[2 * i + 1] = sinf(t);
+        const float extrap = r->factors ? theta / r->factors[i] : theta;
+        float t = r->scale * extrap;
+        if (r->ext_factor != 0.0f) {
+            const float y = ((float)i - r->corr[0]) / fmaxf(0.001f, r->corr[1] - r->corr[0]);
+            const float ramp = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * r->ext_factor;
+            t = t * (1.0f - ramp) + extrap * ramp;
+        }
+        cs[2 * i] = cosf(t) * r->mscale; /* * 1.0f changes no bit */
+        cs[2 * i + 1] = sinf(t) * r->mscale;
         theta *= theta_scale;
     }
 }
@@ -85,7 +113,8 @@ void el_rope(float *x, size_t n_head, size_t head_dim, size_t n_rot, int32_t pos
              float freq_scale, int neox) {
     if (n_rot > head_dim || n_rot % 2 || n_rot > EL_MAX_HEAD_DIM) return;
     float cs[EL_MAX_HEAD_DIM];
-    el_rope_cache(cs, n_rot, pos, freq_base, freq_scale);
+    const el_rope_args r = {freq_base, freq_scale, NULL, 0.0f, 1.0f, {0.0f, 0.0f}};
+    el_rope_cache(cs, n_rot, pos, &r);
     el_rope_apply(x, n_head, head_dim, n_rot, cs, neox, 0);
 }
 

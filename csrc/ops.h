@@ -5,12 +5,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "edgellama.h"
 #include "fp16.h"
 
 #define EL_MAX_HEAD_DIM 512
 
+/* How one layer rotates: frequency base and scale, the optional per-frequency divisors, YaRN. */
+typedef struct {
+    float base, scale;
+    const float *factors;   /* n_rot/2 divisors of the frequencies, NULL = none */
+    float ext_factor;       /* YaRN's extrapolation mix, 0 = off */
+    float mscale;           /* multiplies cos and sin (LongRoPE/YaRN attention factor), 1 = none */
+    float corr[2];          /* YaRN's correction dims (el_rope_init) */
+} el_rope_args;
+
+/* the rotation of layer L of a model description; mscale 1 when magnitude is 0 (a pure rotation, for
+ * re-rotating cached keys by a position delta) */
+el_rope_args el_rope_init(const el_model_desc *d, const el_layer *L, int magnitude);
 /* cs[2i], cs[2i+1] = cos, sin of the i-th rotation angle at pos. */
-void el_rope_cache(float *cs, size_t n_rot, int32_t pos, float freq_base, float freq_scale);
+void el_rope_cache(float *cs, size_t n_rot, int32_t pos, const el_rope_args *r);
 /* GELU via a 65536-entry fp16 table (held by the model, not global): bit-identical to el_gelu. */
 void el_gelu_table_fill(el_half *table);
 void el_gelu_lut(float *x, size_t n, const el_half *table);

@@ -31,7 +31,7 @@ from edgellama.registry import resolve_model
 from edgellama.sequence import ContextFull, KVSequence
 from edgellama.tokenizers.chat import ChatFormatter, chat_formatter
 from edgellama.tokenizers.tokenizer import tokenizer_from_metadata
-from edgellama.wiring import build_desc
+from edgellama.wiring import build_desc, for_context
 
 DEFAULT_CTX = 4096
 __all__ = ["DEFAULT_CTX", "LLM", "ContextFull", "Event", "LLMBusy", "Timings", "default_threads"]
@@ -119,6 +119,7 @@ class LLM(CompletionAPI):
                                                 [ad for ad, _ in adapters])
             self.n_ctx = self.plan.n_ctx
             self.n_batch = self.plan.n_batch
+            self.desc = for_context(self.hp, self.desc, self.n_ctx)  # LongRoPE: long factors past n_ctx_orig
             if n_keep < 0 or n_keep >= self.n_ctx:
                 raise ValueError(f"--keep {n_keep} must be in 0..{self.n_ctx - 1}")
             self.n_keep = n_keep

@@ -103,7 +103,8 @@ def weights_bytes(desc: ModelDesc) -> int:
     ts = [desc.tok_embd, desc.output_norm, desc.output]
     for L in desc.layers:
         ts += [getattr(L, f) for f in LAYER_TENSORS]
-    return sum(int(t.data.nbytes) for t in ts if t is not None)
+    # once per tensor of the file: every layer reads the same rotation factors (one TensorRef)
+    return sum(int(t.data.nbytes) for t in {id(t): t for t in ts if t is not None}.values())
 
 
 def check_ranges(n_ctx: int | None, n_batch: int, n_threads: int) -> None:

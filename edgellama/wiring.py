@@ -1,59 +1,90 @@
 """Model wiring: GGUF metadata and tensor names -> the engine's model description, per architecture.
 
-Supports `gemma3` and the llama family (`llama`, `qwen2`, `qwen3`); every missing key or tensor,
-wrong shape or unsupported architecture is a ModelError that names it; metadata is read only through
-the typed keys of edgellama.gguf.metadata. No arithmetic on tensor data here; the one read of it is the
-check that each F32 norm weight and bias (the small 1-D tensors) holds only finite values.
+The architectures are llama.cpp's, by its names and keys (ARCHS below: one entry each). Every tensor of
+the file is either read by the graph or refused by name (a Llama 3 file's `rope_freqs.weight` ignored
+would run with the wrong rotation); so is metadata that changes the math and is not implemented (a
+RoPE scaling type, MoE experts, non-causal attention, pooling): refused by key and value. Every missing
+key or tensor and every wrong shape is a ModelError that names it; metadata is read only through the
+typed keys of edgellama.gguf.metadata. No arithmetic on tensor data here; the one read of it is the
+check that each F32 norm weight, bias and rotation factor holds only finite values.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from edgellama.gguf import metadata as K
-from edgellama.gguf.ggml_types import COMPUTE_TYPES, type_name
+from edgellama.gguf.ggml_types import COMPUTE_TYPES, row_bytes, type_name
 from edgellama.gguf.metadata import Metadata, ModelError  # callers catch ModelError from here
 from edgellama.gguf.split import ModelFile
-from edgellama.native.desc import (
-    FLOAT32_MAX,
-    LayerDesc,
-    ModelDesc,
-    TensorRef,
-)
+from edgellama.native.desc import FLOAT32_MAX, LayerDesc, ModelDesc, RopeExt, TensorRef
 
-LLAMA_FAMILY = ("llama", "qwen2", "qwen3")
-SUPPORTED_ARCHS = ("gemma3",) + LLAMA_FAMILY
+
+@dataclass(frozen=True)
+class Arch:
+    """How one of llama.cpp's architectures maps onto the engine's forward pass."""
+
+    graph: str = "llama"  # the C pass: "llama" or "gemma3" (Gemma's norms and embedding scale)
+    act: str = "silu"
+    neox: bool = False  # NeoX rotation: pairs (i, i + n_rot/2)
+    qk_norm: bool = False  # per-head RMS norms of Q and K (required)
+    post_norms: bool = False  # norms after attention and after the FFN (Gemma)
+    swa_pattern: int = 0  # default sliding-window pattern: layer il is local when il % n < n - 1
+    swa_default: int = 0  # window when the file names none (Gemma 2: 4096)
+    swa_base: float | None = None  # RoPE base of local layers when rope.freq_base_swa is absent (None: global)
+    softcap: bool = False  # Gemma 2's soft-capping of attention scores and logits
+    no_rope_step: int = 0  # SmolLM3: layer il is not rotated when (il + 1) % step == 0
+    fused_ffn: bool = False  # Phi-3: ffn_up holds the gate's rows, then the up projection's
+    rope_factors: bool = False  # reads rope_freqs.weight (Llama 3), or rope_factors_long/short (LongRoPE)
+    ignores_window: bool = False  # Phi-3: llama.cpp runs it without its sliding window (it warns), so do we
+    eps: float = 1e-5  # default RMS epsilon
+    rope_base: float = 10000.0
+
+
+ARCHS: dict[str, Arch] = {
+    "llama": Arch(rope_factors=True),
+    "qwen2": Arch(neox=True, eps=1e-6),
+    "qwen3": Arch(neox=True, qk_norm=True, eps=1e-6),
+    "smollm3": Arch(no_rope_step=4),
+    "phi3": Arch(neox=True, fused_ffn=True, rope_factors=True, ignores_window=True),
+    "gemma2": Arch(graph="gemma3", act="gelu", neox=True, post_norms=True, swa_pattern=2, swa_default=4096,
+                   softcap=True, eps=1e-6),
+    "gemma3": Arch(graph="gemma3", act="gelu", neox=True, qk_norm=True, post_norms=True, swa_pattern=6,
+                   swa_base=10000.0, eps=1e-6, rope_base=1e6),
+}
+SUPPORTED_ARCHS = tuple(ARCHS)
+LLAMA_FAMILY = tuple(a for a, s in ARCHS.items() if s.graph == "llama")
+
+# Tensors a file may hold that no graph reads and that llama.cpp skips as well, with the reason. Empty
+# today: llama.cpp refuses a file whose tensors it does not all create ("wrong number of tensors").
+SKIPPED_TENSORS: dict[str, str] = {}
+
+# Gemma's larger models scale queries by 1/sqrt(n_embd / n_head) rather than 1/sqrt(head size); llama.cpp
+# recognises them by their layer count (Gemma 2 27B: 46, Gemma 3 27B: 62)
+_GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}
 
 
 @dataclass
 class HParams:
     """What the file says that the engine's ModelDesc does not carry: the architecture's own name
-    (ModelDesc holds only its C family) and the context the model was trained for."""
+    (ModelDesc holds only its C graph), the context the model was trained for, and LongRoPE's two sets of
+    frequency factors (which one runs depends on the context: for_context)."""
 
     arch: str
     n_ctx_train: int
+    n_ctx_orig: int = 0  # rope.scaling.original_context_length (LongRoPE's switch point)
+    rope_long: TensorRef | None = None
+    rope_short: TensorRef | None = None
 
 
 def _architecture(meta: Metadata) -> str:
     arch: str = meta.get(K.ARCHITECTURE)
-    if arch not in SUPPORTED_ARCHS:
+    if arch not in ARCHS:
         raise ModelError(f"architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHS)})")
     return arch
-
-
-def _rope_scale(meta: Metadata) -> float:
-    """The frequency scale handed to C (1/factor for linear scaling, else 1)."""
-    scale_type = meta.get(K.ROPE_SCALING_TYPE, "none")
-    factor = meta.get(K.ROPE_SCALING_FACTOR, 1.0) or 1.0  # 0 = not set, as llama.cpp reads it
-    if scale_type not in ("none", "linear") and factor != 1.0:
-        raise ModelError(f"RoPE scaling type {scale_type!r} is not supported")
-    scale = 1.0 / factor if scale_type == "linear" else 1.0
-    if scale > FLOAT32_MAX:
-        raise ModelError(f"metadata key {K.ROPE_SCALING_FACTOR.resolve(meta.arch)} = {factor} is too small")
-    return scale
 
 
 def _check_finite(name: str, data: np.ndarray) -> None:
@@ -67,9 +98,14 @@ def _check_finite(name: str, data: np.ndarray) -> None:
 
 
 class _Tensors:
+    """The file's tensors by name; remembers which ones the graph read (unused() is the rest)."""
+
     def __init__(self, f: ModelFile) -> None:
-        self.f = f
         self.by_name = {t.name: t for t in f.tensors}
+        self.used: set[str] = set()
+
+    def has(self, name: str) -> bool:
+        return name in self.by_name
 
     def get(self, name: str, shape: tuple[int, ...], required: bool = True, f32: bool = False
             ) -> TensorRef | None:
@@ -78,6 +114,7 @@ class _Tensors:
             if required:
                 raise ModelError(f"tensor {name} is missing")
             return None
+        self.used.add(name)
         got = tuple(int(x) for x in t.shape)
         if got != shape:
             raise ModelError(f"tensor {name} has shape {list(got)}, expected {list(shape)}")
@@ -95,18 +132,41 @@ class _Tensors:
         assert t is not None
         return t
 
+    def unused(self) -> list[str]:
+        return [n for n in self.by_name if n not in self.used and n not in SKIPPED_TENSORS]
 
-def build_desc(f: ModelFile) -> tuple[HParams, ModelDesc]:
-    ts = _Tensors(f)
-    emb = ts.by_name.get("token_embd.weight")
-    if emb is None:
-        raise ModelError("tensor token_embd.weight is missing")
-    if len(emb.shape) != 2:
-        raise ModelError("tensor token_embd.weight is not 2-D")
-    meta = Metadata.of(f)
-    a = _architecture(meta)
-    meta = meta.with_arch(a)
-    gemma = a == "gemma3"
+
+def _rows(t: TensorRef, first: int, n: int) -> TensorRef:
+    """Rows [first, first + n) of a 2-D tensor (or elements of a 1-D F32 one) as a tensor of their own:
+    a view into the same mapping, no copy. A fused tensor (attn_qkv, Phi-3's gate+up) is its parts
+    stacked by rows, and each output of a matmul reads one row: the parts' matmuls give the same bits."""
+    if t.ne1 == 1 and n != 1:  # 1-D (a fused bias): elements
+        return TensorRef(t.data[first * 4:(first + n) * 4], t.ggml_type, n, 1)
+    rb = row_bytes(t.ggml_type, t.ne0)
+    return TensorRef(t.data[first * rb:(first + n) * rb], t.ggml_type, t.ne0, n)
+
+
+@dataclass
+class _Dims:
+    E: int
+    n_head: int
+    n_head_kv: int
+    HD: int
+    n_rot: int
+    F: int
+    V: int
+    n_layer: int
+
+    @property
+    def QD(self) -> int:
+        return self.n_head * self.HD
+
+    @property
+    def KVD(self) -> int:
+        return self.n_head_kv * self.HD
+
+
+def _dims(meta: Metadata, a: str, emb_shape: tuple[int, ...]) -> _Dims:
     E = meta.get(K.EMBEDDING_LENGTH)
     n_head = meta.get(K.HEAD_COUNT)
     n_head_kv = meta.get(K.HEAD_COUNT_KV, n_head)
@@ -123,66 +183,230 @@ def build_desc(f: ModelFile) -> tuple[HParams, ModelDesc]:
     if n_rot > HD or n_rot % 2:
         raise ModelError(f"metadata key {K.ROPE_DIMENSION_COUNT.resolve(a)} = {n_rot} must be even and at most "
                          f"the head size {HD}")
-    V = meta.get(K.VOCAB_SIZE, int(emb.shape[1]))
-    if V != emb.shape[1]:
-        raise ModelError(f"{K.VOCAB_SIZE.resolve(a)} {V} != token_embd rows {emb.shape[1]}")
-    n_layer = meta.get(K.BLOCK_COUNT)
-    F = meta.get(K.FEED_FORWARD_LENGTH)
-    norm_eps = meta.get(K.RMS_EPSILON, 1e-6 if gemma else 1e-5)
-    rope_base = meta.get(K.ROPE_FREQ_BASE, 1e6 if gemma else 10000.0)
-    rope_scale = _rope_scale(meta)
-    sliding_window = meta.get(K.SLIDING_WINDOW, 0)
-    swa_pattern = meta.get(K.SLIDING_WINDOW_PATTERN, 6 if gemma else 0)
-    hp = HParams(arch=a, n_ctx_train=meta.get(K.CONTEXT_LENGTH, 2048))
-    QD, KVD = n_head * HD, n_head_kv * HD
+    V = meta.get(K.VOCAB_SIZE, int(emb_shape[1]))
+    if V != emb_shape[1]:
+        raise ModelError(f"{K.VOCAB_SIZE.resolve(a)} {V} != token_embd rows {emb_shape[1]}")
+    return _Dims(E, n_head, n_head_kv, HD, n_rot, meta.get(K.FEED_FORWARD_LENGTH), V, meta.get(K.BLOCK_COUNT))
+
+
+def _refuse_unimplemented(meta: Metadata, a: str) -> None:
+    """Metadata llama.cpp reads for every architecture that would change what this engine computes."""
+    experts = meta.get(K.EXPERT_COUNT, 0)
+    if experts > 1:  # llama.cpp treats 0 and 1 as dense
+        raise ModelError(f"metadata key {K.EXPERT_COUNT.resolve(a)} = {experts}: mixture-of-experts models are "
+                         f"not supported")
+    if not meta.get(K.ATTENTION_CAUSAL, True):
+        raise ModelError(f"metadata key {K.ATTENTION_CAUSAL.resolve(a)} = false: non-causal attention is not "
+                         f"supported")
+    pooling = meta.get(K.POOLING_TYPE, 0)
+    if pooling not in (0, -1):  # none / unspecified
+        raise ModelError(f"metadata key {K.POOLING_TYPE.resolve(a)} = {pooling}: pooled embedding models are "
+                         f"not supported")
+
+
+def _rope(meta: Metadata, a: str, n_ctx_train: int) -> tuple[str, float, RopeExt]:
+    """The RoPE scaling type ("none", "linear", "yarn", "longrope"), the frequency scale of the global
+    layers and the YaRN/attention-factor settings, as llama.cpp derives them from the file (no overrides)."""
+    kind = meta.get(K.ROPE_SCALING_TYPE, "linear")  # llama.cpp's default when the key is absent
+    if kind not in ("none", "linear", "yarn", "longrope"):
+        raise ModelError(f"metadata key {K.ROPE_SCALING_TYPE.resolve(a)} = {kind!r} is not supported "
+                         f"(none, linear, yarn, longrope)")
+    factor = meta.get(K.ROPE_SCALING_FACTOR, meta.get(K.ROPE_SCALE_LINEAR, 0.0))
+    scale = 1.0 if kind == "none" or factor == 0.0 else 1.0 / factor  # 0 = not set
+    if scale > FLOAT32_MAX:
+        raise ModelError(f"metadata key {K.ROPE_SCALING_FACTOR.resolve(a)} = {factor} is too small")
+    f32 = np.float32
+    attn = f32(1.0)
+    ext = RopeExt(n_ctx_orig=meta.get(K.ROPE_SCALING_ORIG_CTX, n_ctx_train))
+    if kind == "yarn":
+        # llama.cpp's cparams: the magnitude llama.cpp's rope kernel multiplies in itself is cancelled here,
+        # in float32 as there, so that the product in the kernel is the same
+        fac = f32(1.0) / f32(scale)
+        attn = f32(f32(0.1) * np.log(fac) + f32(1.0)) if fac > 1.0 else f32(1.0)
+        attn = f32(attn * (f32(1.0) / (f32(1.0) + f32(0.1) * np.log(fac))))
+        ext.ext_factor = 1.0
+    attn = f32(attn * f32(meta.get(K.ROPE_SCALING_ATTN_FACTOR, 1.0)))
+    ext.attn_factor = float(attn)
+    return kind, scale, ext
+
+
+def _softcaps(meta: Metadata, spec: Arch) -> tuple[float, float]:
+    if spec.softcap:  # Gemma 2: both on, llama.cpp's defaults 50 and 30 unless the file says
+        return meta.get(K.ATTN_SOFTCAP, 50.0), meta.get(K.FINAL_SOFTCAP, 30.0)
+    if spec.graph == "gemma3":  # Gemma 3: a final soft-cap only if the file names one
+        return 0.0, meta.get(K.FINAL_SOFTCAP, 0.0)
+    return 0.0, 0.0
+
+
+def build_desc(f: ModelFile) -> tuple[HParams, ModelDesc]:
+    ts = _Tensors(f)
+    emb = ts.by_name.get("token_embd.weight")
+    if emb is None:
+        raise ModelError("tensor token_embd.weight is missing")
+    if len(emb.shape) != 2:
+        raise ModelError("tensor token_embd.weight is not 2-D")
+    meta = Metadata.of(f)
+    a = _architecture(meta)
+    spec = ARCHS[a]
+    meta = meta.with_arch(a)
+    _refuse_unimplemented(meta, a)
+    d = _dims(meta, a, tuple(int(x) for x in emb.shape))
+    n_ctx_train = meta.get(K.CONTEXT_LENGTH, 2048)
+    norm_eps = meta.get(K.RMS_EPSILON, spec.eps)
+    rope_base = meta.get(K.ROPE_FREQ_BASE, spec.rope_base)
+    rope_kind, rope_scale, rope_ext = _rope(meta, a, n_ctx_train)
+    if rope_kind == "longrope" and not spec.rope_factors:
+        raise ModelError(f"metadata key {K.ROPE_SCALING_TYPE.resolve(a)} = 'longrope' is not supported for {a}")
+    window, pattern = 0, 0
+    if spec.swa_pattern:
+        window = meta.get(K.SLIDING_WINDOW, spec.swa_default)
+        pattern = meta.get(K.SLIDING_WINDOW_PATTERN, spec.swa_pattern)
+    elif not spec.ignores_window and meta.get(K.SLIDING_WINDOW, 0):
+        raise ModelError(f"metadata key {K.SLIDING_WINDOW.resolve(a)} = {meta.get(K.SLIDING_WINDOW)}: a sliding "
+                         f"window is not supported for {a}")
+    swa_base = meta.get(K.ROPE_FREQ_BASE_SWA, spec.swa_base if spec.swa_base is not None else rope_base)
+    swa_scale = 1.0 if spec.swa_base is not None else rope_scale  # Gemma 3's local layers: never scaled
+    hp = HParams(arch=a, n_ctx_train=n_ctx_train, n_ctx_orig=rope_ext.n_ctx_orig)
+
+    # the rotation's frequency factors, one tensor for every layer (llama.cpp: duplicated per layer)
+    freqs = None
+    if spec.rope_factors:
+        half = (d.n_rot // 2,)
+        if rope_kind == "longrope" or a == "phi3":
+            hp.rope_long = ts.get("rope_factors_long.weight", half, required=False, f32=True)
+            hp.rope_short = ts.get("rope_factors_short.weight", half, required=False, f32=True)
+            if (hp.rope_long is None) != (hp.rope_short is None):
+                raise ModelError("tensors rope_factors_long.weight and rope_factors_short.weight come as a pair")
+            freqs = hp.rope_short
+        else:
+            freqs = ts.get("rope_freqs.weight", half, required=False, f32=True)
+    attn_softcap, final_softcap = _softcaps(meta, spec)
+
     layers = []
-    for il in range(n_layer):
-        p = f"blk.{il}."
-        L = LayerDesc(
-            attn_norm=ts.req(p + "attn_norm.weight", (E,), f32=True),
-            wq=ts.req(p + "attn_q.weight", (E, QD)),
-            wk=ts.req(p + "attn_k.weight", (E, KVD)),
-            wv=ts.req(p + "attn_v.weight", (E, KVD)),
-            wo=ts.req(p + "attn_output.weight", (QD, E)),
-            ffn_norm=ts.req(p + "ffn_norm.weight", (E,), f32=True),
-            w_gate=ts.req(p + "ffn_gate.weight", (E, F)),
-            w_up=ts.req(p + "ffn_up.weight", (E, F)),
-            w_down=ts.req(p + "ffn_down.weight", (F, E)),
-            bq=ts.get(p + "attn_q.bias", (QD,), required=False, f32=True),
-            bk=ts.get(p + "attn_k.bias", (KVD,), required=False, f32=True),
-            bv=ts.get(p + "attn_v.bias", (KVD,), required=False, f32=True),
-            q_norm=ts.get(p + "attn_q_norm.weight", (HD,), required=gemma, f32=True),
-            k_norm=ts.get(p + "attn_k_norm.weight", (HD,), required=gemma, f32=True),
-            rope_base=rope_base,
-            rope_scale=rope_scale,
-        )
-        if gemma:
-            L.attn_post_norm = ts.req(p + "post_attention_norm.weight", (E,), f32=True)
-            L.ffn_post_norm = ts.req(p + "post_ffw_norm.weight", (E,), f32=True)
-            # 5 of every 6 layers are local: sliding window, RoPE base 10000, no scaling (as llama.cpp)
-            if swa_pattern and il % swa_pattern < swa_pattern - 1 and sliding_window:
-                L.window = sliding_window
-                L.rope_base = 10000.0
-                L.rope_scale = 1.0
-        layers.append(L)
+    for il in range(d.n_layer):
+        layers.append(_layer(ts, spec, d, f"blk.{il}."))
+        L = layers[-1]
+        L.rope_base, L.rope_scale, L.rope_freqs = rope_base, rope_scale, freqs
+        if window and (pattern == 0 or il % pattern < pattern - 1):
+            L.window = window
+            L.rope_base, L.rope_scale = swa_base, swa_scale
+        if spec.no_rope_step and (il + 1) % spec.no_rope_step == 0:
+            L.no_rope = True
+    big = _GEMMA_27B_LAYERS.get(a) == d.n_layer
     desc = ModelDesc(
-        arch="gemma3" if gemma else "llama",
-        act="gelu" if gemma else "silu",
-        rope_neox=a in ("gemma3", "qwen2", "qwen3"),
-        n_layer=n_layer,
-        n_embd=E,
-        n_head=n_head,
-        n_head_kv=n_head_kv,
-        head_dim=HD,
-        n_rot=n_rot,
-        n_ff=F,
-        n_vocab=V,
+        arch=spec.graph,
+        act=spec.act,
+        rope_neox=spec.neox,
+        n_layer=d.n_layer,
+        n_embd=d.E,
+        n_head=d.n_head,
+        n_head_kv=d.n_head_kv,
+        head_dim=d.HD,
+        n_rot=d.n_rot,
+        n_ff=d.F,
+        n_vocab=d.V,
         norm_eps=norm_eps,
-        emb_scale=math.sqrt(E) if gemma else 1.0,
-        attn_scale=1.0 / math.sqrt(HD),
-        tok_embd=ts.req("token_embd.weight", (E, V)),
-        output_norm=ts.req("output_norm.weight", (E,), f32=True),
-        output=ts.get("output.weight", (E, V), required=False),
+        emb_scale=math.sqrt(d.E) if spec.graph == "gemma3" else 1.0,
+        attn_scale=1.0 / math.sqrt(d.E // d.n_head if big else d.HD),
+        tok_embd=ts.req("token_embd.weight", (d.E, d.V)),
+        output_norm=ts.req("output_norm.weight", (d.E,), f32=True),
+        output=ts.get("output.weight", (d.E, d.V), required=False),
         layers=layers,
+        attn_softcap=attn_softcap,
+        final_softcap=final_softcap,
+        rope=rope_ext,
     )
+    unused = ts.unused()
+    if unused:
+        more = f" and {len(unused) - 3} more" if len(unused) > 3 else ""
+        raise ModelError(f"tensor {unused[0]} is not read by the {a} graph (unused: {', '.join(unused[:3])}{more}); "
+                         f"this file needs a feature edgellama does not have")
     return hp, desc
+
+
+def _layer(ts: _Tensors, spec: Arch, d: _Dims, p: str) -> LayerDesc:
+    E, QD, KVD, HD, F = d.E, d.QD, d.KVD, d.HD, d.F
+    attn_norm = ts.req(p + "attn_norm.weight", (E,), f32=True)
+    if ts.has(p + "attn_qkv.weight"):  # fused Q, K, V (Phi-3; any architecture llama.cpp loads it for)
+        qkv = ts.req(p + "attn_qkv.weight", (E, QD + 2 * KVD))
+        wq, wk, wv = _rows(qkv, 0, QD), _rows(qkv, QD, KVD), _rows(qkv, QD + KVD, KVD)
+        fused_b = ts.get(p + "attn_qkv.bias", (QD + 2 * KVD,), required=False, f32=True)
+    else:
+        wq, wk, wv = ts.req(p + "attn_q.weight", (E, QD)), ts.req(p + "attn_k.weight", (E, KVD)), \
+            ts.req(p + "attn_v.weight", (E, KVD))
+        fused_b = None
+    bq: TensorRef | None
+    bk: TensorRef | None
+    bv: TensorRef | None
+    if fused_b is not None:
+        bq, bk, bv = _rows(fused_b, 0, QD), _rows(fused_b, QD, KVD), _rows(fused_b, QD + KVD, KVD)
+    else:
+        bq = ts.get(p + "attn_q.bias", (QD,), required=False, f32=True)
+        bk = ts.get(p + "attn_k.bias", (KVD,), required=False, f32=True)
+        bv = ts.get(p + "attn_v.bias", (KVD,), required=False, f32=True)
+    if spec.fused_ffn:  # Phi-3: one matrix, the gate's F rows then the up projection's F rows
+        up2 = ts.req(p + "ffn_up.weight", (E, 2 * F))
+        w_gate, w_up = _rows(up2, 0, F), _rows(up2, F, F)
+    else:
+        w_gate, w_up = ts.req(p + "ffn_gate.weight", (E, F)), ts.req(p + "ffn_up.weight", (E, F))
+    L = LayerDesc(
+        attn_norm=attn_norm,
+        wq=wq, wk=wk, wv=wv,
+        wo=ts.req(p + "attn_output.weight", (QD, E)),
+        ffn_norm=ts.req(p + "ffn_norm.weight", (E,), f32=True),
+        w_gate=w_gate, w_up=w_up,
+        w_down=ts.req(p + "ffn_down.weight", (F, E)),
+        bq=bq, bk=bk, bv=bv,
+        q_norm=ts.get(p + "attn_q_norm.weight", (HD,), required=spec.qk_norm, f32=True),
+        k_norm=ts.get(p + "attn_k_norm.weight", (HD,), required=spec.qk_norm, f32=True),
+    )
+    if spec.post_norms:
+        L.attn_post_norm = ts.req(p + "post_attention_norm.weight", (E,), f32=True)
+        L.ffn_post_norm = ts.req(p + "post_ffw_norm.weight", (E,), f32=True)
+    return L
+
+
+def for_context(hp: HParams, desc: ModelDesc, n_ctx: int) -> ModelDesc:
+    """desc for a context of n_ctx tokens per sequence: LongRoPE's long factors when n_ctx passes the
+    original context (as llama.cpp chooses them, by the context size, for every position), else desc."""
+    if hp.rope_long is None or n_ctx <= hp.n_ctx_orig:
+        return desc
+    return replace(desc, layers=[replace(L, rope_freqs=hp.rope_long) for L in desc.layers])
+
+
+# how each architecture was checked against llama.cpp (README "Supported architectures" says the same)
+CHECKED = {
+    "gemma3": "real model (Gemma 3 270M): llama.cpp's reference logits, greedy text, perplexity",
+    "llama": "real model (SmolLM2 135M) and synthetic files with Llama 3 factors, linear and YaRN scaling",
+    "qwen2": "real model (Qwen2.5-Coder 0.5B) and synthetic files",
+    "qwen3": "synthetic files, logits against llama.cpp on the same file",
+    "smollm3": "synthetic files, logits against llama.cpp on the same file",
+    "phi3": "synthetic files (fused QKV and gate+up, partial rotary, LongRoPE), logits against llama.cpp",
+    "gemma2": "synthetic files (soft-capping, alternating sliding window), logits against llama.cpp",
+}
+
+
+def support(f: ModelFile) -> tuple[bool, str]:
+    """Whether this engine runs the file, and how (the graph's features) or why not (the ModelError)."""
+    try:
+        hp, d = build_desc(f)
+    except ModelError as exc:
+        return False, str(exc)
+    feats = [f"{d.arch} graph", f"{'NeoX' if d.rope_neox else 'normal'} rotation of {d.n_rot}/{d.head_dim} dims",
+             f"{d.n_head} query / {d.n_head_kv} KV heads"]
+    if any(L.rope_freqs is not None for L in d.layers) or hp.rope_long is not None:
+        feats.append("LongRoPE factors" if hp.rope_long is not None else "Llama 3 frequency factors")
+    if d.rope.ext_factor:
+        feats.append(f"YaRN from {d.rope.n_ctx_orig} tokens")
+    elif d.layers and d.layers[-1].rope_scale != 1.0:
+        feats.append(f"linear RoPE scaling x{1 / d.layers[-1].rope_scale:g}")
+    local = sum(1 for L in d.layers if L.window)
+    if local:
+        feats.append(f"sliding window {max(L.window for L in d.layers)} on {local} of {d.n_layer} layers")
+    unrotated = sum(1 for L in d.layers if L.no_rope)
+    if unrotated:
+        feats.append(f"{unrotated} unrotated layers")
+    if d.attn_softcap or d.final_softcap:
+        feats.append(f"soft-capping {d.attn_softcap:g}/{d.final_softcap:g}")
+    feats.append("tied output" if d.output is None else "own output matrix")
+    return True, f"{'; '.join(feats)} (checked: {CHECKED[hp.arch]})"

@@ -53,12 +53,25 @@ def rmsnorm(x: F64, w: F64 | None, eps: float) -> F64:
     return y * w if w is not None else y
 
 
-def rope(x: F64, pos: npt.NDArray[np.int64], n_rot: int, base: float, scale: float, neox: bool) -> F64:
-    # x: (T, H, D)
+def rope(x: F64, pos: npt.NDArray[np.int64], n_rot: int, base: float, scale: float, neox: bool,
+         factors: F64 | None = None, ext_factor: float = 0.0, attn_factor: float = 1.0,
+         corr: tuple[float, float] = (0.0, 0.0)) -> F64:
+    """x: (T, H, D) rotated at positions pos: frequencies base^(-2i/n_rot) divided by factors, scaled
+    (linear), or YaRN's per-dim mix of scaled and unscaled with its magnitude correction; cos and sin
+    multiplied by attn_factor."""
     half = n_rot // 2
     inv = base ** (-2.0 * np.arange(half) / n_rot)
-    ang = (pos[:, None] * scale) * inv[None, :]  # (T, half)
-    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    if factors is not None:
+        inv = inv / factors
+    extrap = pos[:, None] * inv[None, :]  # (T, half)
+    ang = extrap * scale
+    mscale = attn_factor
+    if ext_factor:
+        y = (np.arange(half) - corr[0]) / max(0.001, corr[1] - corr[0])
+        ramp = (1.0 - np.clip(y, 0.0, 1.0)) * ext_factor
+        ang = ang * (1.0 - ramp) + extrap * ramp
+        mscale *= 1.0 + 0.1 * math.log(1.0 / scale)
+    c, s = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
     y = x.copy()
     if neox:
         a, b = x[..., :half], x[..., half:n_rot]
@@ -69,6 +82,17 @@ def rope(x: F64, pos: npt.NDArray[np.int64], n_rot: int, base: float, scale: flo
         y[..., 0:n_rot:2] = a * c - b * s
         y[..., 1:n_rot:2] = a * s + b * c
     return y
+
+
+def yarn_corr(n_rot: int, n_ctx_orig: int, base: float, beta_fast: float, beta_slow: float) -> tuple[float, float]:
+    """YaRN's correction dims: the rotary dims whose wavelength spans n_ctx_orig / beta turns."""
+    def dim(beta: float) -> float:
+        return n_rot * math.log(n_ctx_orig / (beta * 2 * math.pi)) / (2 * math.log(base))
+    return max(0.0, math.floor(dim(beta_fast))), min(n_rot - 1.0, math.ceil(dim(beta_slow)))
+
+
+def softcap(x: F64, cap: float) -> F64:
+    return cap * np.tanh(x / cap) if cap else x
 
 
 def gelu(x: F64) -> F64:
@@ -99,12 +123,18 @@ def forward(desc: ModelDesc, tokens: list[int], emb: F64 | None = None) -> F64:
             q = rmsnorm(q, deq(L.q_norm), desc.norm_eps)
         if L.k_norm is not None:
             k = rmsnorm(k, deq(L.k_norm), desc.norm_eps)
-        q = rope(q, pos, desc.n_rot, L.rope_base, L.rope_scale, desc.rope_neox)
-        k = rope(k, pos, desc.n_rot, L.rope_base, L.rope_scale, desc.rope_neox)
+        if not L.no_rope:
+            r = desc.rope
+            corr = yarn_corr(desc.n_rot, r.n_ctx_orig, L.rope_base, r.beta_fast, r.beta_slow) if r.ext_factor \
+                else (0.0, 0.0)
+            args = (pos, desc.n_rot, L.rope_base, L.rope_scale, desc.rope_neox, deq(L.rope_freqs), r.ext_factor,
+                    r.attn_factor, corr)
+            q = rope(q, *args)
+            k = rope(k, *args)
         g = H // KH
         att = np.empty((T, H, D))
         for hh in range(H):
-            s = (q[:, hh, :] @ k[:, hh // g, :].T) * desc.attn_scale  # (T, T)
+            s = softcap((q[:, hh, :] @ k[:, hh // g, :].T) * desc.attn_scale, desc.attn_softcap)  # (T, T)
             mask = pos[None, :] > pos[:, None]
             if L.window:
                 mask |= (pos[:, None] - pos[None, :]) >= L.window
@@ -127,4 +157,4 @@ def forward(desc: ModelDesc, tokens: list[int], emb: F64 | None = None) -> F64:
     x = rmsnorm(x, deq(desc.output_norm), desc.norm_eps)
     out = deq(desc.output) if desc.output is not None else emb
     assert out is not None
-    return x @ out.T
+    return softcap(x @ out.T, desc.final_softcap)

@@ -1102,7 +1102,7 @@ static void test_attention(rng_t *r) {
                 for (int nt = 1; nt <= 4; nt++) {
                     float *scratch = xmalloc(el_attention_scratch_floats(c.n_kv, nh, nkv, c.head_dim, nt) * sizeof(float));
                     el_attn_args a = {c.q, c.n_q, c.q_pos, nh, nkv, c.head_dim, c.kv_type, c.k, c.v, c.kv_pos,
-                                      c.n_kv, window, c.scale, c.out, scratch};
+                                      c.n_kv, window, c.scale, 0.0f, c.out, scratch};
                     el_attention_run(pool_of(nt), &a);
                     check(memcmp(o1, c.out, nout * sizeof(float)) == 0, "attention with %d threads differs", nt);
                     for (size_t i = 0; i < c.n_q; i++) {
@@ -1610,7 +1610,7 @@ static void test_llamacpp_order(rng_t *r) {
                 use_isa(g_isas[k]);
                 for (int nt = 1; nt <= 4; nt += 3) {
                     float *scratch = xmalloc(el_llx_attn_scratch_floats(cells, hd, nt) * sizeof(float));
-                    el_attn_args a = {q, n_q, q_pos, nh, nkv, hd, EL_TYPE_F16, kc, vc, kv_pos, n_kv, 33, 0.125f, o, NULL};
+                    el_attn_args a = {q, n_q, q_pos, nh, nkv, hd, EL_TYPE_F16, kc, vc, kv_pos, n_kv, 33, 0.125f, 0.0f, o, NULL};
                     el_llx_attention(pool_of(nt), &a, (int)(hd == 256), cells, scratch);
                     free(scratch);
                     if (k == 0 && nt == 1) memcpy(os, o, n_q * nh * hd * sizeof(float));

@@ -188,6 +188,7 @@ def report_json(f: ModelFile, full: bool, sha: dict[str, Any] | None) -> dict[st
         "metadata_count": len(f.metadata),
         "tensor_count": len(f.tensors),
         "architecture": f.architecture,
+        "support": dict(zip(("supported", "detail"), _support(f))),
         "hyperparameters": {short: _json_safe(f.metadata[k]) for short, k in hyperparameters(f).items()},
         "metadata": {k: value_json(v, f.metadata_types[k], full) for k, v in f.metadata.items()},
         "types": type_table(f),
@@ -199,6 +200,12 @@ def report_json(f: ModelFile, full: bool, sha: dict[str, Any] | None) -> dict[st
         "pieces": _pieces(f),
         "sha256": sha,
     }
+
+
+def _support(f: ModelFile) -> tuple[bool, str]:
+    from edgellama.wiring import support
+
+    return support(f)
 
 
 def _pieces(f: ModelFile) -> list[dict[str, Any]] | None:
@@ -229,6 +236,8 @@ def report_text(f: ModelFile, out: TextIO, tensors: bool, full: bool, sha: dict[
         w(f"sha256        {sha['expected']} verified ({sha['source']})\n")
     arch = f.architecture
     w(f"architecture  {printable(arch) if arch else '(none: no general.architecture key)'}\n")
+    ok, how = _support(f)
+    w(f"supported     {'yes' if ok else 'no'}: {printable(how)}\n")
     hp = hyperparameters(f)
     if hp:
         width = max(len(printable(s)) for s in hp)

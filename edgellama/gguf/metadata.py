@@ -108,6 +108,15 @@ ROPE_FREQ_BASE = Key("{arch}.rope.freq_base", Kind.FLOAT, 0.0, FLOAT32_MAX, lo_o
 ROPE_SCALING_TYPE = Key("{arch}.rope.scaling.type", Kind.STR)
 # 0 means "not set" (as llama.cpp reads it); the scale handed to C is 1/factor, so factor >= 1/FLOAT32_MAX
 ROPE_SCALING_FACTOR = Key("{arch}.rope.scaling.factor", Kind.FLOAT, 0.0, FLOAT32_MAX)
+ROPE_SCALE_LINEAR = Key("{arch}.rope.scale_linear", Kind.FLOAT, 0.0, FLOAT32_MAX)  # the factor's older name
+ROPE_SCALING_ORIG_CTX = Key("{arch}.rope.scaling.original_context_length", Kind.INT, 1, INT32_MAX)
+ROPE_SCALING_ATTN_FACTOR = Key("{arch}.rope.scaling.attn_factor", Kind.FLOAT, 0.0, 1e6, lo_open=True)
+ROPE_FREQ_BASE_SWA = Key("{arch}.rope.freq_base_swa", Kind.FLOAT, 0.0, FLOAT32_MAX, lo_open=True)
+ATTN_SOFTCAP = Key("{arch}.attn_logit_softcapping", Kind.FLOAT, 0.0, 1e30, lo_open=True)
+EXPERT_COUNT = Key("{arch}.expert_count", Kind.INT, 0, INT32_MAX)
+ATTENTION_CAUSAL = Key("{arch}.attention.causal", Kind.BOOL)
+POOLING_TYPE = Key("{arch}.pooling_type", Kind.INT, -1, INT32_MAX)
+FINAL_SOFTCAP = Key("{arch}.final_logit_softcapping", Kind.FLOAT, 0.0, 1e30, lo_open=True)
 
 TOKENIZER_MODEL = Key("tokenizer.ggml.model", Kind.STR)
 TOKENIZER_PRE = Key("tokenizer.ggml.pre", Kind.STR)

@@ -26,7 +26,7 @@ class TensorRef:
 
 # The per-layer tensors, named as the fields of LayerDesc and of the C struct el_layer.
 LAYER_TENSORS = ("attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "q_norm", "k_norm",
-                 "attn_post_norm", "ffn_norm", "w_gate", "w_up", "w_down", "ffn_post_norm")
+                 "attn_post_norm", "ffn_norm", "w_gate", "w_up", "w_down", "ffn_post_norm", "rope_freqs")
 
 
 @dataclass
@@ -47,9 +47,23 @@ class LayerDesc:
     k_norm: TensorRef | None = None
     attn_post_norm: TensorRef | None = None
     ffn_post_norm: TensorRef | None = None
+    rope_freqs: TensorRef | None = None  # F32 divisors of the n_rot/2 rotation frequencies
     rope_base: float = 10000.0
     rope_scale: float = 1.0
     window: int = 0
+    no_rope: bool = False  # queries and keys of this layer are not rotated
+
+
+@dataclass
+class RopeExt:
+    """YaRN (ext_factor 1) and the rotation's magnitude factor (LongRoPE's attention factor): the C
+    struct el_rope_ext."""
+
+    ext_factor: float = 0.0
+    attn_factor: float = 1.0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    n_ctx_orig: int = 0
 
 
 @dataclass
@@ -72,6 +86,9 @@ class ModelDesc:
     output_norm: TensorRef
     output: TensorRef | None
     layers: list[LayerDesc] = field(default_factory=list)
+    attn_softcap: float = 0.0  # cap * tanh(score / cap) of every attention score; 0: none
+    final_softcap: float = 0.0  # the same on the logits
+    rope: RopeExt = field(default_factory=RopeExt)
 
 
 def c_int32(what: str, value: int) -> int:
@@ -89,7 +106,7 @@ def c_float(what: str, value: float) -> float:
 
 
 _DESC_INTS = ("n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "n_rot", "n_ff", "n_vocab")
-_DESC_FLOATS = ("norm_eps", "emb_scale", "attn_scale")
+_DESC_FLOATS = ("norm_eps", "emb_scale", "attn_scale", "attn_softcap", "final_softcap")
 
 
 def check_c_ranges(desc: ModelDesc) -> None:
@@ -99,6 +116,9 @@ def check_c_ranges(desc: ModelDesc) -> None:
         c_int32(f"model {name}", getattr(desc, name))
     for name in _DESC_FLOATS:
         c_float(f"model {name}", getattr(desc, name))
+    for name in ("ext_factor", "attn_factor", "beta_fast", "beta_slow"):
+        c_float(f"model rope {name}", getattr(desc.rope, name))
+    c_int32("model rope n_ctx_orig", desc.rope.n_ctx_orig)
     if len(desc.layers) != desc.n_layer:
         raise ValueError(f"model has {len(desc.layers)} layer descriptions for n_layer {desc.n_layer}")
     for i, L in enumerate(desc.layers):

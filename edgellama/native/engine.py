@@ -118,11 +118,17 @@ def _c_desc(desc: ModelDesc) -> tuple[Any, list[Any]]:
         c.rope_base = L.rope_base
         c.rope_scale = L.rope_scale
         c.window = L.window
+        c.no_rope = int(L.no_rope)
     d = ffi.new("el_model_desc *")
     d.arch, d.act, d.rope_neox = ARCHS[desc.arch], ACTS[desc.act], int(desc.rope_neox)
     d.n_layer, d.n_embd, d.n_head, d.n_head_kv = desc.n_layer, desc.n_embd, desc.n_head, desc.n_head_kv
     d.head_dim, d.n_rot, d.n_ff, d.n_vocab = desc.head_dim, desc.n_rot, desc.n_ff, desc.n_vocab
     d.norm_eps, d.emb_scale, d.attn_scale = desc.norm_eps, desc.emb_scale, desc.attn_scale
+    d.attn_softcap, d.final_softcap = desc.attn_softcap, desc.final_softcap
+    r = desc.rope
+    d.rope.ext_factor, d.rope.attn_factor, d.rope.beta_fast, d.rope.beta_slow = (r.ext_factor, r.attn_factor,
+                                                                                 r.beta_fast, r.beta_slow)
+    d.rope.n_ctx_orig = r.n_ctx_orig
     _fill_tensor(d.tok_embd, desc.tok_embd, keep)
     _fill_tensor(d.output_norm, desc.output_norm, keep)
     _fill_tensor(d.output, desc.output, keep)
@@ -217,6 +223,9 @@ class Engine:
     def set_numerics(self, numerics: str) -> None:
         """'native' (this CPU's fastest kernels) or 'llamacpp' (llama.cpp's float order, bit for bit)."""
         code = numerics_code(numerics)
+        if numerics == "llamacpp" and (self.desc.attn_softcap or self.desc.final_softcap):
+            raise ValueError("numerics 'llamacpp' does not implement soft-capping of attention scores or logits "
+                             "(Gemma 2's attn_logit_softcapping, final_logit_softcapping): use 'native'")
         with self._lock:
             status = lib.el_model_set_numerics(self._model, code)
         if status == lib.EL_EUNSUPPORTED:
