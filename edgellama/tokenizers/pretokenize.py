@@ -9,6 +9,8 @@ How llama.cpp splits (src/unicode.cpp), and so how this module does:
   the previous one, and the text between matches stays a segment of its own (nothing is dropped);
 - ``\\p{N}`` ``\\p{L}`` ``\\p{P}`` ``\\p{M}`` ``\\p{S}`` become ``[<stand-in><ASCII members>]``; other
   code points >= 128 become 0xD0, whitespace >= 128 becomes 0x0B (so ``\\s`` keeps matching it);
+- a regex without ``\\p{...}`` (DeepSeek's explicit code point ranges) runs on the text itself, with
+  only whitespace >= 128 mapped to 0x0B;
 - the GPT-2 and Llama-3 regexes run in llama.cpp as hand-written scanners; the regexes used here
   for them are the ones those scanners are equivalent to (GPT-2's gains the ``|\\s+`` its scanner has).
 """
@@ -34,7 +36,7 @@ _CATEGORY_ASCII = {
     "L": "A-Za-z",
     "P": r"!-#%-*,-/:-;?-@\[-\]_\{\}",
     "M": "",
-    "S": r"\$\+<-\>\^`\|",
+    "S": r"\$\+<-\>\^`\|~",
 }
 # Which \p{...} names llama.cpp collapses, and to which category (Lu/Ll/... all become "letter").
 _UCAT = {
@@ -141,6 +143,30 @@ TEKKEN = (
     r"((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 PUNCT_RUN = r"[\p{P}\$\+<=>\^~\|]+"
+# falcon's punctuation run also takes the backtick
+FALCON_PUNCT_RUN = r"[\p{P}\$\+<=>\^~\|`]+"
+
+# DeepSeek's splits spell their letter, punctuation and CJK classes as explicit code point ranges
+# (no \p{...}), so llama.cpp runs them on the text itself, not on the collapsed stand-ins; only
+# their \p{N} passes and deepseek-coder's \p{L}/\p{P} passes use the collapsed text.
+DEEPSEEK_LETTERS = (
+    r"\s?[A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af"
+    r"\u0370-\u0373\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5"
+    r"\u03f7-\u0481\u048a-\u052f\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba\u1cbd-\u1cbf"
+    r"\u1d00-\u1d2b\u1d6b-\u1d77\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45\u1f48-\u1f4d\u1f50-\u1f57"
+    r"\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3"
+    r"\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc\u2102\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124"
+    r"\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b"
+    r"\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3\ua640-\ua66d\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e"
+    r"\uab70-\uabbf\ufb00-\ufb06\ufb13-\ufb17\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3"
+    r"\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2\U000118a0-\U000118df\U0001e900-\U0001e943]+"
+)
+DEEPSEEK_PUNCT = r"\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+"
+# CJK ideographs, all of U+0800..U+4E00 (Indic, Thai, Georgian, kana, CJK punctuation...) and Hangul
+DEEPSEEK_CJK = r"[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+# llama.cpp's "\s+$": std::regex sees one segment at a time, and its `$` is that segment's end and
+# nothing else; `\Z` is that in Python (`$` would also match before a final newline)
+DEEPSEEK_TRAILING_SPACE = r"\s+\Z"
 
 # llama.cpp's hand-written scanners, by the regex string that selects them, and the regex each is
 # equivalent to (the GPT-2 scanner also matches a lone whitespace run: the trailing `|\s+`).
@@ -162,8 +188,10 @@ _LLAMA3 = PreTokenizerSpec((LLAMA3,), ignore_merges=True, add_bos_default=True)
 _QWEN2 = PreTokenizerSpec((QWEN2,))
 _STARCODER = PreTokenizerSpec((r"\p{N}", GPT2))
 
-# Names and families from llama.cpp's llama_vocab::impl::load and llm_tokenizer_bpe; only
-# default, gpt-2, llama-bpe, qwen2 and smollm are checked by tests (the others follow the same table).
+# Names and families from llama.cpp's llama_vocab::impl::load and llm_tokenizer_bpe. Checked case by
+# case on llama.cpp's vocab files (tests/test_tokenizer_vocabs.py): gpt-2, llama-bpe, qwen2, qwen35, falcon,
+# mpt, starcoder, refact, command-r, deepseek-llm, deepseek-coder; default, smollm and the Qwen and Llama 3
+# regexes against the `regex` module (tests/test_tokenizer.py); the others follow the same table.
 PRE_TOKENIZERS: dict[str, PreTokenizerSpec] = {
     "default": _DEFAULT,
     **dict.fromkeys(
@@ -183,12 +211,16 @@ PRE_TOKENIZERS: dict[str, PreTokenizerSpec] = {
         ["starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b", "mellum2"],
         _STARCODER,
     ),
-    "falcon": PreTokenizerSpec((PUNCT_RUN, GPT2, "[0-9][0-9][0-9]")),
+    "falcon": PreTokenizerSpec((FALCON_PUNCT_RUN, GPT2, "[0-9][0-9][0-9]")),
     **dict.fromkeys(["gpt-4o", "llama4"], PreTokenizerSpec((GPT4O,))),
     "tekken": PreTokenizerSpec((TEKKEN,), ignore_merges=True, add_bos_default=True),
     **dict.fromkeys(
         ["poro-chat", "bloom", "gpt3-finnish"], PreTokenizerSpec((r" ?[^(\s|.,!?…。，、।۔،)]+",))
     ),
+    "deepseek-llm": PreTokenizerSpec(
+        (r"[\r\n]", DEEPSEEK_LETTERS, DEEPSEEK_PUNCT, DEEPSEEK_TRAILING_SPACE, DEEPSEEK_CJK, r"\p{N}+")
+    ),
+    "deepseek-coder": PreTokenizerSpec((r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", DEEPSEEK_CJK, r"\p{N}")),
 }
 
 

@@ -1,8 +1,10 @@
 """Tokenizers built from GGUF `tokenizer.*` metadata, giving the token ids llama.cpp gives.
 
 Covers SentencePiece-style (`llama`) and GPT-2 byte-level BPE (`gpt2`) vocabularies: special-token
-splitting, encoding, detokenization and streaming detokenization. Reads no files itself (the GGUF
-reader hands over the metadata dict) and knows nothing of models or sampling.
+splitting, encoding, detokenization and streaming detokenization; any other `tokenizer.ggml.model`, or
+a `tokenizer.ggml.pre` pretokenize.py does not have, is refused with UnsupportedTokenizer naming it.
+Reads no files itself (the GGUF reader hands over the metadata dict) and knows nothing of models or
+sampling.
 
 llama.cpp's src/llama-vocab.cpp is the specification; the rules kept from it, by where they apply:
 - token attributes come from `tokenizer.ggml.token_type`, then tokens llama.cpp recognises by text
@@ -24,9 +26,9 @@ from typing import Any
 import numpy as np
 
 from edgellama.gguf import metadata as K
-from edgellama.gguf.metadata import Metadata, MetadataError
+from edgellama.gguf.metadata import Metadata, MetadataError, ModelError
 from edgellama.tokenizers.bpe import BPEMerger, byte_decode, parse_merges
-from edgellama.tokenizers.pretokenize import PreTokenizer
+from edgellama.tokenizers.pretokenize import PRE_TOKENIZERS, PreTokenizer
 from edgellama.tokenizers.spm import spm_tokenize
 
 # llama_token_type values stored in GGUF, and llama_token_attr bits llama.cpp derives from them
@@ -65,6 +67,21 @@ ALWAYS_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
 
 
 _BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+# tokenizer.ggml.model values llama.cpp knows and edgellama does not, with what each one is
+UNSUPPORTED_MODELS = {
+    "bert": "BERT WordPiece",
+    "t5": "T5 SentencePiece Unigram",
+    "gemma4": "Gemma 4 BPE over SentencePiece pieces",
+    "rwkv": "RWKV greedy matching",
+    "plamo2": "PLaMo-2",
+    "no_vocab": "no vocabulary",
+    "none": "no vocabulary",
+}
+
+
+class UnsupportedTokenizer(ModelError):
+    """The file asks for a tokenizer (tokenizer.ggml.model or tokenizer.ggml.pre) edgellama does not have."""
 
 
 def _as_metadata(md: Mapping[str, Any] | Metadata) -> Metadata:
@@ -334,7 +351,12 @@ class BPETokenizer(Tokenizer):
     vocab_type = "bpe"
 
     def __init__(self, md: Metadata, n_rows: int | None = None) -> None:
-        self.pre = PreTokenizer(md.get(K.TOKENIZER_PRE, "default"))
+        pre = md.get(K.TOKENIZER_PRE, "default")  # llama.cpp's fallback too (with a warning)
+        if pre not in PRE_TOKENIZERS:
+            raise UnsupportedTokenizer(
+                f"unsupported pre-tokenizer tokenizer.ggml.pre = {pre!r} for a gpt2 (byte-level BPE) vocabulary"
+            )
+        self.pre = PreTokenizer(pre)
         super().__init__(md, default_bos=11, default_eos=11, default_add_bos=self.pre.spec.add_bos_default,
                          default_add_space_prefix=False, n_rows=n_rows)  # fmt: skip
         merges = md.optional(K.MERGES)
@@ -405,4 +427,8 @@ def tokenizer_from_metadata(md: Mapping[str, Any] | Metadata, n_rows: int | None
         return SPMTokenizer(meta, n_rows)
     if model == "gpt2":
         return BPETokenizer(meta, n_rows)
-    raise ValueError(f"unsupported tokenizer model tokenizer.ggml.model = {model!r} (supported: llama, gpt2)")
+    kind = f" ({UNSUPPORTED_MODELS[model]})" if model in UNSUPPORTED_MODELS else ""
+    raise UnsupportedTokenizer(
+        f"unsupported tokenizer model tokenizer.ggml.model = {model!r}{kind}; "
+        f"supported: llama (SentencePiece), gpt2 (byte-level BPE)"
+    )
