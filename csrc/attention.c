@@ -16,6 +16,7 @@
 #include "checked.h"
 #include "dispatch.h"
 #include "edgellama.h"
+#include "ops.h"
 
 #define EL_ATTN_CHUNK 128
 
@@ -99,7 +100,7 @@ static void chunk_partial(const attn_ctx *x, float *wk, size_t iq, size_t hk, co
 
     for (size_t i = 0; i < n * g; i++) s[i] *= a->scale;
     if (a->softcap > 0.0f)
-        for (size_t i = 0; i < n * g; i++) s[i] = a->softcap * tanhf(s[i] / a->softcap);
+        for (size_t i = 0; i < n * g; i++) s[i] = el_softcap(s[i], a->softcap);
     for (size_t h = 0; h < g; h++) {
         float mx = -INFINITY;
         for (size_t t = 0; t < n; t++) mx = s[t * g + h] > mx ? s[t * g + h] : mx;

@@ -151,6 +151,8 @@ typedef struct el_model_desc {
     float norm_eps, emb_scale, attn_scale;
     float attn_softcap, final_softcap;        /* Gemma 2's cap*tanh(x/cap) of the attention scores and
                                                  of the logits; 0 = none */
+    int scale_q;                              /* 1: attn_scale multiplies Q after RoPE, the scores are not
+                                                 scaled (llama.cpp's phi3 and Gemma graphs); 0: the scores */
     el_rope_ext rope;
     el_tensor tok_embd, output_norm, output;  /* output.data NULL = tied to tok_embd */
     const el_layer *layers;                   /* n_layer entries */

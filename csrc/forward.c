@@ -161,6 +161,9 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
             el_rope_apply(m->q + i * QD, NH, HD, (size_t)d->n_rot, cs, d->rope_neox, fused);
             el_rope_apply(m->k + i * KVD, NKV, HD, (size_t)d->n_rot, cs, d->rope_neox, fused);
         }
+        /* where llama.cpp's graph scales (Q, or each score): the same math, another rounding */
+        if (d->scale_q) el_scale(m->q, d->attn_scale, n * QD);
+        const float score_scale = d->scale_q ? 1.0f : d->attn_scale;
         /* per sequence: its new keys into its cache, its queries over its cache only */
         el_attn_args args[EL_MAX_SEQ];
         const kv_layer *caches[EL_MAX_SEQ];
@@ -171,7 +174,7 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
             kv_layer *c = &el_seq_kv(m, seq)[il];
             el_kv_store(m, c, m->k + r0 * KVD, m->v + r0 * KVD, r1 - r0, m->q_pos[r0]);
             args[na] = (el_attn_args){m->q + r0 * QD, r1 - r0, m->q_pos + r0, NH, NKV, HD, m->kv_type, c->k, c->v,
-                                      c->pos, (size_t)c->n_used, L->window, d->attn_scale, d->attn_softcap,
+                                      c->pos, (size_t)c->n_used, L->window, score_scale, d->attn_softcap,
                                       m->att + r0 * QD,
                                       m->attn_scratch};
             caches[na++] = c;
@@ -230,8 +233,7 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
         el_lora_mm(m, &head, 1, xo.x, xo.n, &logits);
     }
     if (d->final_softcap > 0.0f) {
-        const float cap = d->final_softcap;
-        for (size_t i = 0; i < n_want * (size_t)d->n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
+        for (size_t i = 0; i < n_want * (size_t)d->n_vocab; i++) logits[i] = el_softcap(logits[i], d->final_softcap);
     }
     return EL_OK;
 }

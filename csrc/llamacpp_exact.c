@@ -19,6 +19,7 @@
 #include "fp16.h"
 #include "llamacpp_exact.h"
 #include "quants.h"
+#include "ops.h"
 
 /* The hot loops get an x86 clone with FMA and AVX2 (picked at load time by an ifunc): fmaf becomes
  * one instruction and the integer lane sums vectorize. Same operations, same bits: -ffp-contract=off
@@ -444,7 +445,6 @@ size_t el_llx_attn_scratch_floats(size_t n_cells, size_t head_dim, int n_threads
 
 typedef struct {
     const el_attn_args *a;
-    int scale_q;
     size_t n_cells;
     float *scratch;
 } llx_attn;
@@ -490,14 +490,15 @@ static void llx_attn_items(void *p, int ith, int nth) {
         const size_t t = it / a->n_head, h = it % a->n_head, hk = h / group;
         const int32_t qp = a->q_pos[t];
         const float *q = a->q + (t * a->n_head + h) * HD;
-        for (size_t d = 0; d < HD; d++) qf[d] = round_f16(x->scale_q ? q[d] * a->scale : q[d]);
+        for (size_t d = 0; d < HD; d++) qf[d] = round_f16(q[d]);
         for (size_t c = 0; c < NC; c++) s[c] = -INFINITY;
         /* KQ */
         for (size_t j = 0; j < a->n_kv; j++) {
             const int32_t c = a->kv_pos[j];
             if (!visible(a, c, qp)) continue;
             const float dot = kern->kq(HD, qf, (const el_half *)a->k + (j * a->n_head_kv + hk) * HD, tiny_kq);
-            s[c] = x->scale_q ? dot : dot * a->scale;
+            const float sc = dot * a->scale; /* scale 1 where the graph scaled Q (desc.scale_q) */
+            s[c] = a->softcap > 0.0f ? el_softcap(sc, a->softcap) : sc;
         }
         /* softmax: ggml_vec_soft_max_f32 in chunks of 16, chunk sums accumulated in double */
         float mx = -INFINITY;
@@ -526,7 +527,7 @@ static void llx_attn_items(void *p, int ith, int nth) {
     }
 }
 
-void el_llx_attention(el_pool *pool, const el_attn_args *a, int scale_q, size_t n_cells, float *scratch) {
-    llx_attn x = {a, scale_q, n_cells, scratch};
+void el_llx_attention(el_pool *pool, const el_attn_args *a, size_t n_cells, float *scratch) {
+    llx_attn x = {a, n_cells, scratch};
     el_pool_run(pool, llx_attn_items, &x);
 }

@@ -54,11 +54,12 @@ void el_llx_matmul(el_pool *pool, int wtype, const void *w, size_t rows, size_t 
 /* g = silu(g) * u as ggml's fused SwiGLU computes it */
 void el_llx_swiglu(float *g, const float *u, size_t n);
 
-/* Attention without flash attention, as ggml's graph runs it: q (times scale when scale_q) rounded
- * to fp16, KQ in fp16 rows, softmax with ggml's exp, probabilities rounded to fp16, V^T products.
+/* Attention without flash attention, as ggml's graph runs it: q rounded to fp16 (a graph that
+ * scales Q has done so before, el_model_desc.scale_q, and passes scale 1), KQ in fp16 rows,
+ * softmax with ggml's exp, probabilities rounded to fp16, V^T products.
  * kv_type must be F16. Bit-exact while every slot holds the position of its llama.cpp cell (a fresh
  * sequence that has not wrapped a ring or shifted). scratch: el_llx_attn_scratch_floats floats. */
 size_t el_llx_attn_scratch_floats(size_t n_cells, size_t head_dim, int n_threads);
-void el_llx_attention(el_pool *pool, const el_attn_args *a, int scale_q, size_t n_cells, float *scratch);
+void el_llx_attention(el_pool *pool, const el_attn_args *a, size_t n_cells, float *scratch);
 
 #endif

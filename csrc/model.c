@@ -66,6 +66,7 @@ static int desc_ok(const el_model_desc *d) {
         return EL_EINVAL;
     if (!(d->attn_softcap >= 0.0f && d->attn_softcap < 1e30f) || !(d->final_softcap >= 0.0f && d->final_softcap < 1e30f))
         return EL_EINVAL;
+    if (d->scale_q != 0 && d->scale_q != 1) return EL_EINVAL;
     return EL_OK;
 }
 
@@ -299,14 +300,10 @@ static int llx_weights_ok(const el_model_desc *d) {
     return 1;
 }
 
-/* the graph's operations llama.cpp numerics reproduce: not soft-capping (its attention and output
- * would need llama.cpp's tanh placement, not implemented there) */
-static int llx_graph_ok(const el_model_desc *d) { return d->attn_softcap == 0.0f && d->final_softcap == 0.0f; }
-
 size_t el_model_numerics_bytes(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int n_threads,
                                int numerics) {
     if (!desc || numerics != EL_NUMERICS_LLAMACPP || n_ctx <= 0 || n_batch <= 0 || n_threads < 1 ||
-        desc_ok(desc) != EL_OK || !llx_weights_ok(desc) || !llx_graph_ok(desc))
+        desc_ok(desc) != EL_OK || !llx_weights_ok(desc))
         return 0;
     el_span t[SC_COUNT];
     size_t block[2];
@@ -321,7 +318,7 @@ static int set_numerics_held(el_model *m, int numerics) {
         m->ops = ops;
         return EL_OK;
     }
-    if (m->kv_type != EL_TYPE_F16 || !llx_weights_ok(&m->d) || !llx_graph_ok(&m->d)) return EL_EUNSUPPORTED;
+    if (m->kv_type != EL_TYPE_F16 || !llx_weights_ok(&m->d)) return EL_EUNSUPPORTED;
     if (!m->llx_block) {
         el_span t[SC_COUNT];
         size_t block[2];

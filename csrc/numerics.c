@@ -23,13 +23,12 @@ static void native_attention_seqs(el_model *m, const el_attn_args *a, size_t n) 
     el_attention_run_seqs(m->pool, a, n);
 }
 
-/* llama.cpp's attention over its cells (cell = position in a fresh sequence); Gemma 3 scales q
- * before the fp16 KQ product, the llama family scales the scores */
+/* llama.cpp's attention over its cells (cell = position in a fresh sequence) */
 static void llx_attention(el_model *m, const kv_layer *c, const el_attn_args *a) {
     int32_t max_pos = 0;
     for (int32_t s = 0; s < c->n_used; s++) max_pos = c->pos[s] > max_pos ? c->pos[s] : max_pos;
     const size_t cells = ((size_t)max_pos + 1 + 63) & ~(size_t)63;
-    el_llx_attention(m->pool, a, m->d.arch == EL_ARCH_GEMMA3, cells < m->llx_cells ? cells : m->llx_cells,
+    el_llx_attention(m->pool, a, cells < m->llx_cells ? cells : m->llx_cells,
                      m->llx_scratch);
 }
 

@@ -198,7 +198,7 @@ int el_test_llx_attention(el_pool *pool, const float *q, size_t n_q, const int32
     if (!scratch) return EL_ENOMEM;
     const el_attn_args a = {q, n_q, q_pos, n_head, n_head_kv, head_dim, EL_TYPE_F16, k, v, kv_pos, n_kv,
                             window, scale, 0.0f, out, NULL};
-    el_llx_attention(pool, &a, 0, n_cells, scratch);
+    el_llx_attention(pool, &a, n_cells, scratch);
     free(scratch);
     return EL_OK;
 }

@@ -40,6 +40,7 @@ class Arch:
     fused_ffn: bool = False  # Phi-3: ffn_up holds the gate's rows, then the up projection's
     rope_factors: bool = False  # reads rope_freqs.weight (Llama 3), or rope_factors_long/short (LongRoPE)
     ignores_window: bool = False  # Phi-3: llama.cpp runs it without its sliding window (it warns), so do we
+    scale_q: bool = False  # the attention scale multiplies Q, as llama.cpp's graph does (its rounding)
     eps: float = 1e-5  # default RMS epsilon
     rope_base: float = 10000.0
 
@@ -49,11 +50,11 @@ ARCHS: dict[str, Arch] = {
     "qwen2": Arch(neox=True, eps=1e-6),
     "qwen3": Arch(neox=True, qk_norm=True, eps=1e-6),
     "smollm3": Arch(no_rope_step=4),
-    "phi3": Arch(neox=True, fused_ffn=True, rope_factors=True, ignores_window=True),
+    "phi3": Arch(neox=True, fused_ffn=True, rope_factors=True, ignores_window=True, scale_q=True),
     "gemma2": Arch(graph="gemma3", act="gelu", neox=True, post_norms=True, swa_pattern=2, swa_default=4096,
-                   softcap=True, eps=1e-6),
+                   softcap=True, scale_q=True, eps=1e-6),
     "gemma3": Arch(graph="gemma3", act="gelu", neox=True, qk_norm=True, post_norms=True, swa_pattern=6,
-                   swa_base=10000.0, eps=1e-6, rope_base=1e6),
+                   swa_base=10000.0, scale_q=True, eps=1e-6, rope_base=1e6),
 }
 SUPPORTED_ARCHS = tuple(ARCHS)
 LLAMA_FAMILY = tuple(a for a, s in ARCHS.items() if s.graph == "llama")
@@ -314,6 +315,7 @@ def build_desc(f: ModelFile) -> tuple[HParams, ModelDesc]:
         layers=layers,
         attn_softcap=attn_softcap,
         final_softcap=final_softcap,
+        scale_q=spec.scale_q,
         rope=rope_ext,
     )
     unused = ts.unused()

@@ -330,3 +330,38 @@ def test_edgellama_logits_and_greedy_tokens_match_llamacpp(edgellama_model: Any,
         assert worst_top < QUANT_BOUND and worst_spread < QUANT_SPREAD, (worst_top, worst_spread)
         assert all(gap < NEAR_TIE for _, gap in parted), parted
         assert len(parted) <= MAX_PARTED, parted
+
+
+# llama.cpp numerics (--numerics llamacpp): its float order on every graph, so its exact bits on these files
+LLAMACPP_TYPES = ("Q8_0", "Q4_K_M", "Q6_K", "Q4_1")  # Q4_K_M files also hold Q6_K (and Q5_0 in some) tensors
+
+
+@pytest.mark.parametrize("run", [r for r in RUNS if r[1] != "F32"], ids=_run_id)
+def test_llamacpp_numerics_give_llamacpps_bits(run: tuple[str, str, int], peer: PeerRuns, models: Models) -> None:
+    """The same files and token ids as above, with edgellama in llama.cpp numerics and an f16 cache: every
+    prompt logit equal to llama.cpp's bit for bit, and its greedy continuation token for token, decoded one
+    token at a time as llama.cpp made it. That covers the graphs' differences in rounding: phi3 and Gemma
+    scale Q after RoPE instead of the scores, Gemma 2 soft-caps as tanh(x * (1/cap)) * cap."""
+    from edgellama.llm import LLM
+
+    kind, qtype, n_ctx = run
+    path = models.get(kind, qtype)
+    if qtype not in LLAMACPP_TYPES:
+        with pytest.raises(ValueError, match="numerics 'llamacpp' needs"):
+            LLM(path, n_ctx=n_ctx, n_threads=2, kv_type="f16", numerics="llamacpp", verbose=False)
+        return
+    ref = peer.get(kind, qtype, n_ctx)
+    llm = LLM(path, n_ctx=n_ctx, n_threads=2, kv_type="f16", numerics="llamacpp", verbose=False)
+    try:
+        for prompt, want, cont in zip(prompts_for(kind, models), ref.logits, ref.greedy):
+            llm.reset()
+            got = llm.eval(prompt, all_logits=True)
+            unequal = int((got != want).sum())
+            assert unequal == 0, f"{unequal} of {got.size} logits differ, max {float(np.abs(got - want).max()):.3g}"
+            logits, mine = got[-1], []
+            for _ in cont:
+                mine.append(int(np.argmax(logits)))
+                logits = llm.eval([mine[-1]])
+            assert mine == cont
+    finally:
+        llm.close()

@@ -1611,7 +1611,7 @@ static void test_llamacpp_order(rng_t *r) {
                 for (int nt = 1; nt <= 4; nt += 3) {
                     float *scratch = xmalloc(el_llx_attn_scratch_floats(cells, hd, nt) * sizeof(float));
                     el_attn_args a = {q, n_q, q_pos, nh, nkv, hd, EL_TYPE_F16, kc, vc, kv_pos, n_kv, 33, 0.125f, 0.0f, o, NULL};
-                    el_llx_attention(pool_of(nt), &a, (int)(hd == 256), cells, scratch);
+                    el_llx_attention(pool_of(nt), &a, cells, scratch);
                     free(scratch);
                     if (k == 0 && nt == 1) memcpy(os, o, n_q * nh * hd * sizeof(float));
                     else

@@ -88,6 +88,7 @@ class ModelDesc:
     layers: list[LayerDesc] = field(default_factory=list)
     attn_softcap: float = 0.0  # cap * tanh(score / cap) of every attention score; 0: none
     final_softcap: float = 0.0  # the same on the logits
+    scale_q: bool = False  # attn_scale multiplies Q after RoPE (llama.cpp's phi3 and Gemma graphs), not the scores
     rope: RopeExt = field(default_factory=RopeExt)
 
 

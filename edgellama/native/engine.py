@@ -125,6 +125,7 @@ def _c_desc(desc: ModelDesc) -> tuple[Any, list[Any]]:
     d.head_dim, d.n_rot, d.n_ff, d.n_vocab = desc.head_dim, desc.n_rot, desc.n_ff, desc.n_vocab
     d.norm_eps, d.emb_scale, d.attn_scale = desc.norm_eps, desc.emb_scale, desc.attn_scale
     d.attn_softcap, d.final_softcap = desc.attn_softcap, desc.final_softcap
+    d.scale_q = int(desc.scale_q)
     r = desc.rope
     d.rope.ext_factor, d.rope.attn_factor, d.rope.beta_fast, d.rope.beta_slow = (r.ext_factor, r.attn_factor,
                                                                                  r.beta_fast, r.beta_slow)
@@ -223,9 +224,6 @@ class Engine:
     def set_numerics(self, numerics: str) -> None:
         """'native' (this CPU's fastest kernels) or 'llamacpp' (llama.cpp's float order, bit for bit)."""
         code = numerics_code(numerics)
-        if numerics == "llamacpp" and (self.desc.attn_softcap or self.desc.final_softcap):
-            raise ValueError("numerics 'llamacpp' does not implement soft-capping of attention scores or logits "
-                             "(Gemma 2's attn_logit_softcapping, final_logit_softcapping): use 'native'")
         with self._lock:
             status = lib.el_model_set_numerics(self._model, code)
         if status == lib.EL_EUNSUPPORTED:
