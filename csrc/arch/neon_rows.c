@@ -627,13 +627,77 @@ static inline float32x4_t k_update(float32x4_t sumf, const uint8_t *const p[4], 
 }
 
 #ifdef EL_NEON_DOTPROD
-/* Q6_K with dotprod, unrolled: levels used as stored (0..63), the + 32 taken off once per row as
- * 32 * sum_g sc_g * bsums_g (the Q8_K sums of 16 activations, exact integers, so isum is the reference's
- * integer); each 16-value sdot scaled by its scale as a lane of the row's widened scales (mla by
- * element, no scalar load and broadcast per scale). */
+/* Q6_K with dotprod: levels used as stored (0..63), the + 32 taken off once per row as 32 * sum_g sc_g *
+ * bsums_g (the Q8_K sums of 16 activations, exact integers, so isum is the reference's integer); each
+ * 16-value sdot scaled by its scale as a lane of the row's widened scales (mla by element).
+ *
+ * One row's 256 values in assembly, a row at a time: compiled from intrinsics, GCC interleaved the 4
+ * unrolled rows, kept all 16 activation vectors live and spilled about 50 vectors to the stack per
+ * block (0.73 instructions per weight under qemu). Per 128 values (c) and half of them (h): value l
+ * (l < 32) = low nibble of ql[l] | bits 0-1 of qh[l] << 4; l + 32: low nibble of ql[l + 32] | bits
+ * 2-3; l + 64: high nibble of ql[l] | bits 4-5; l + 96: high nibble of ql[l + 32] | bits 6-7. Half h
+ * takes the groups 2h, 2h + 1 (low nibbles) and 2h + 4, 2h + 5 (high nibbles) from two ql vectors and
+ * the qh pair shifted right by 2h. A level vector costs two instructions: the 2 high bits masked, then
+ * the nibble shifted in by sli (keeps the destination's low nibble) or sri (keeps its high nibble).
+ * Two accumulators halve the mla chain. */
+#define Q6_HALF(LOFF, A0, A4, SCA, I0, I1, SCB)                                                       \
+    "ldp q0, q1, [%[x], #" LOFF "]\n\t"                                                              \
+    "and v2.16b, v20.16b, %[m30].16b\n\t"                                                           \
+    "sri v2.16b, v0.16b, #4\n\t"                                                                    \
+    "and v3.16b, v21.16b, %[m30].16b\n\t"                                                           \
+    "sri v3.16b, v1.16b, #4\n\t"                                                                    \
+    "and v4.16b, v20.16b, %[m3].16b\n\t"                                                            \
+    "sli v0.16b, v4.16b, #4\n\t"                                                                    \
+    "and v5.16b, v21.16b, %[m3].16b\n\t"                                                            \
+    "sli v1.16b, v5.16b, #4\n\t"                                                                    \
+    "ldp q16, q17, [%[a], #" A0 "]\n\t"                                                             \
+    "ldp q18, q19, [%[a], #" A4 "]\n\t"                                                             \
+    "movi v4.4s, #0\n\t"                                                                            \
+    "movi v5.4s, #0\n\t"                                                                            \
+    "movi v6.4s, #0\n\t"                                                                            \
+    "movi v7.4s, #0\n\t"                                                                            \
+    "sdot v4.4s, v0.16b, v16.16b\n\t"                                                               \
+    "sdot v5.4s, v1.16b, v17.16b\n\t"                                                               \
+    "sdot v6.4s, v2.16b, v18.16b\n\t"                                                               \
+    "sdot v7.4s, v3.16b, v19.16b\n\t"                                                               \
+    "mla %[s0].4s, v4.4s, " SCA ".s[" I0 "]\n\t"                                                    \
+    "mla %[s1].4s, v5.4s, " SCA ".s[" I1 "]\n\t"                                                    \
+    "mla %[s0].4s, v6.4s, " SCB ".s[" I0 "]\n\t"                                                    \
+    "mla %[s1].4s, v7.4s, " SCB ".s[" I1 "]\n\t"
+static inline int32x4_t q6_K_row_dot(const uint8_t *x, const uint8_t *a, uint8x16_t m3, uint8x16_t m30) {
+    _Static_assert(offsetof(block_q6_K, ql) == 0 && offsetof(block_q6_K, qh) == 128 &&
+                   offsetof(block_q6_K, scales) == 192, "the offsets written in the assembly");
+    int32x4_t s0, s1;
+    __asm__("ldr q22, [%[x], #192]\n\t"
+            "sxtl v23.8h, v22.8b\n\t"
+            "sxtl2 v22.8h, v22.16b\n\t"
+            "sxtl v24.4s, v23.4h\n\t"  /* scales 0-3 */
+            "sxtl2 v25.4s, v23.8h\n\t" /* 4-7 */
+            "sxtl v26.4s, v22.4h\n\t"  /* 8-11 */
+            "sxtl2 v27.4s, v22.8h\n\t" /* 12-15 */
+            "movi %[s0].4s, #0\n\t"
+            "movi %[s1].4s, #0\n\t"
+            "ldp q20, q21, [%[x], #128]\n\t"
+            Q6_HALF("0", "0", "64", "v24", "0", "1", "v25")
+            "ushr v20.16b, v20.16b, #2\n\t"
+            "ushr v21.16b, v21.16b, #2\n\t"
+            Q6_HALF("32", "32", "96", "v24", "2", "3", "v25")
+            "ldp q20, q21, [%[x], #160]\n\t"
+            Q6_HALF("64", "128", "192", "v26", "0", "1", "v27")
+            "ushr v20.16b, v20.16b, #2\n\t"
+            "ushr v21.16b, v21.16b, #2\n\t"
+            Q6_HALF("96", "160", "224", "v26", "2", "3", "v27")
+            : [s0] "=&w"(s0), [s1] "=&w"(s1)
+            : [x] "r"(x), [a] "r"(a), [m3] "w"(m3), [m30] "w"(m30)
+            : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v16", "v17", "v18", "v19", "v20", "v21", "v22",
+              "v23", "v24", "v25", "v26", "v27", "memory");
+    return vaddq_s32(s0, s1);
+}
+#undef Q6_HALF
+
 static void q6_K_rows_dotprod(size_t n, const void *w, size_t ws, const void *a, float *out) {
     const uint8_t *pa = a;
-    const uint8x16_t m4 = vdupq_n_u8(0x0F), m2 = vdupq_n_u8(0x03), m2h = vdupq_n_u8(0x30);
+    const uint8x16_t m3 = vdupq_n_u8(0x03), m30 = vdupq_n_u8(0x30);
     float32x4_t sumf = vdupq_n_f32(0.0f);
     const uint8_t *p[4];
     rows_at(w, ws, p);
@@ -649,42 +713,7 @@ static void q6_K_rows_dotprod(size_t n, const void *w, size_t ws, const void *a,
             m = vmlal_high_s16(m, b0, lo);
             m = vmlal_s16(m, vget_low_s16(b1), vget_low_s16(hi));
             off[r] = vmlal_high_s16(m, b1, hi);
-            acc[r] = vdupq_n_s32(0);
-        }
-        /* per 128 values as in the intrinsics below */
-#pragma GCC unroll 2
-        for (int c = 0; c < QK_K / 128; c++) {
-            const uint8_t *aq = pa + Q8K_QS + 128 * c;
-            int8x16_t av[8];
-#pragma GCC unroll 8
-            for (int g = 0; g < 8; g++) av[g] = ld_s8(aq + 16 * g);
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                const uint8_t *ql = p[r] + offsetof(block_q6_K, ql) + 64 * c;
-                const uint8_t *qh = p[r] + offsetof(block_q6_K, qh) + 32 * c;
-                const int16x8_t s16 = vmovl_s8(vld1_s8((const int8_t *)(p[r] + offsetof(block_q6_K, scales)) + 8 * c));
-                const int32x4_t sc[2] = {vmovl_s16(vget_low_s16(s16)), vmovl_high_s16(s16)};
-                const uint8x16_t l0 = vld1q_u8(ql), l1 = vld1q_u8(ql + 16), l2 = vld1q_u8(ql + 32), l3 = vld1q_u8(ql + 48);
-                const uint8x16_t h0 = vld1q_u8(qh), h1 = vld1q_u8(qh + 16);
-                const uint8x16_t h0s = vshrq_n_u8(h0, 2), h1s = vshrq_n_u8(h1, 2);
-                int8x16_t v[8];
-                v[0] = as_s8(vorrq_u8(vandq_u8(l0, m4), vshlq_n_u8(vandq_u8(h0, m2), 4)));
-                v[1] = as_s8(vorrq_u8(vandq_u8(l1, m4), vshlq_n_u8(vandq_u8(h1, m2), 4)));
-                v[2] = as_s8(vorrq_u8(vandq_u8(l2, m4), vshlq_n_u8(vandq_u8(h0s, m2), 4)));
-                v[3] = as_s8(vorrq_u8(vandq_u8(l3, m4), vshlq_n_u8(vandq_u8(h1s, m2), 4)));
-                v[4] = as_s8(vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(h0, m2h)));
-                v[5] = as_s8(vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(h1, m2h)));
-                v[6] = as_s8(vorrq_u8(vshrq_n_u8(l2, 4), vandq_u8(h0s, m2h)));
-                v[7] = as_s8(vorrq_u8(vshrq_n_u8(l3, 4), vandq_u8(h1s, m2h)));
-                acc[r] = vmlaq_laneq_s32(acc[r], vdotq_s32(vdupq_n_s32(0), v[0], av[0]), sc[0], 0);
-                acc[r] = vmlaq_laneq_s32(acc[r], vdotq_s32(vdupq_n_s32(0), v[1], av[1]), sc[0], 1);
-                acc[r] = vmlaq_laneq_s32(acc[r], vdotq_s32(vdupq_n_s32(0), v[2], av[2]), sc[0], 2);
-                acc[r] = vmlaq_laneq_s32(acc[r], vdotq_s32(vdupq_n_s32(0), v[3], av[3]), sc[0], 3);
-                acc[r] = vmlaq_laneq_s32(acc[r], vdotq_s32(vdupq_n_s32(0), v[4], av[4]), sc[1], 0);
-                acc[r] = vmlaq_laneq_s32(acc[r], vdotq_s32(vdupq_n_s32(0), v[5], av[5]), sc[1], 1);
-                acc[r] = vmlaq_laneq_s32(acc[r], vdotq_s32(vdupq_n_s32(0), v[6], av[6]), sc[1], 2);
-                acc[r] = vmlaq_laneq_s32(acc[r], vdotq_s32(vdupq_n_s32(0), v[7], av[7]), sc[1], 3);
-            }
+            acc[r] = q6_K_row_dot(p[r], pa + Q8K_QS, m3, m30);
         }
         const int32x4_t isum = vsubq_s32(hsum4(acc), vshlq_n_s32(hsum4(off), 5));
         sumf = k_update(sumf, p, offsetof(block_q6_K, d), ld_f32(pa), isum);
