@@ -486,10 +486,69 @@ static inline float32x4_t k4_update(float32x4_t sumf, const uint8_t *const p[4],
 
 #ifdef EL_NEON_DOTPROD
 /* Q4_K with dotprod: the sub-block scales applied once per sub-block for the 4 rows as lanes. Each row
- * keeps a running sdot total; after every 32-value sub-block the 4 totals are gathered (block_sums)
- * and multiplied by the vector of the 4 rows' scales of that sub-block (the scales transposed by one
- * table lookup). isum is the same integer as the reference's: only its association differs. */
+ * keeps a running sdot total; after every 32-value sub-block the 4 totals are gathered (addp) less the
+ * previous ones (the two registers of totals alternate) and multiplied by the vector of the 4 rows'
+ * scales of that sub-block (the scales transposed by one table lookup). isum is the same integer as the
+ * reference's: only its association differs.
+ *
+ * The 256 values of the 4 rows in assembly: from intrinsics GCC kept every row's weights and the
+ * transposed scales live across the unrolled loop and spilled to the stack. Per 64 values (c): the 4
+ * rows' 32 bytes, low nibbles (sub-block 2c, mask) against activations 0-31, high nibbles (2c + 1,
+ * shift) against 32-63. */
+#define Q4K_STEP(C, SRC, XTL)                                                                        \
+    "ldp q16, q17, [%[a], #" #C "*64]\n\t"                                                           \
+    "ldp q18, q19, [%[a], #" #C "*64+32]\n\t"                                                        \
+    "ldp q0, q1, [%[p0], #16+" #C "*32]\n\t"                                                         \
+    "ldp q2, q3, [%[p1], #16+" #C "*32]\n\t"                                                         \
+    "ldp q4, q5, [%[p2], #16+" #C "*32]\n\t"                                                         \
+    "ldp q6, q7, [%[p3], #16+" #C "*32]\n\t"                                                         \
+    XTL " v24.8h, " SRC "\n\t"                                                                       \
+    "uxtl v25.4s, v24.4h\n\t"                                                                        \
+    "uxtl2 v28.4s, v24.8h\n\t"                                                                       \
+    "and v20.16b, v0.16b, %[m4].16b\n\t"                                                             \
+    "and v21.16b, v1.16b, %[m4].16b\n\t"                                                             \
+    "sdot %[c0].4s, v20.16b, v16.16b\n\t"                                                            \
+    "sdot %[c0].4s, v21.16b, v17.16b\n\t"                                                            \
+    "and v20.16b, v2.16b, %[m4].16b\n\t"                                                             \
+    "and v21.16b, v3.16b, %[m4].16b\n\t"                                                             \
+    "sdot %[c1].4s, v20.16b, v16.16b\n\t"                                                            \
+    "sdot %[c1].4s, v21.16b, v17.16b\n\t"                                                            \
+    "and v20.16b, v4.16b, %[m4].16b\n\t"                                                             \
+    "and v21.16b, v5.16b, %[m4].16b\n\t"                                                             \
+    "sdot %[c2].4s, v20.16b, v16.16b\n\t"                                                            \
+    "sdot %[c2].4s, v21.16b, v17.16b\n\t"                                                            \
+    "and v20.16b, v6.16b, %[m4].16b\n\t"                                                             \
+    "and v21.16b, v7.16b, %[m4].16b\n\t"                                                             \
+    "sdot %[c3].4s, v20.16b, v16.16b\n\t"                                                            \
+    "sdot %[c3].4s, v21.16b, v17.16b\n\t"                                                            \
+    "addp v22.4s, %[c0].4s, %[c1].4s\n\t"                                                            \
+    "addp v23.4s, %[c2].4s, %[c3].4s\n\t"                                                            \
+    "addp v26.4s, v22.4s, v23.4s\n\t"                                                                \
+    "sub v22.4s, v26.4s, v27.4s\n\t"                                                                 \
+    "mla %[isum].4s, v22.4s, v25.4s\n\t"                                                             \
+    "ushr v20.16b, v0.16b, #4\n\t"                                                                   \
+    "ushr v21.16b, v1.16b, #4\n\t"                                                                   \
+    "sdot %[c0].4s, v20.16b, v18.16b\n\t"                                                            \
+    "sdot %[c0].4s, v21.16b, v19.16b\n\t"                                                            \
+    "ushr v20.16b, v2.16b, #4\n\t"                                                                   \
+    "ushr v21.16b, v3.16b, #4\n\t"                                                                   \
+    "sdot %[c1].4s, v20.16b, v18.16b\n\t"                                                            \
+    "sdot %[c1].4s, v21.16b, v19.16b\n\t"                                                            \
+    "ushr v20.16b, v4.16b, #4\n\t"                                                                   \
+    "ushr v21.16b, v5.16b, #4\n\t"                                                                   \
+    "sdot %[c2].4s, v20.16b, v18.16b\n\t"                                                            \
+    "sdot %[c2].4s, v21.16b, v19.16b\n\t"                                                            \
+    "ushr v20.16b, v6.16b, #4\n\t"                                                                   \
+    "ushr v21.16b, v7.16b, #4\n\t"                                                                   \
+    "sdot %[c3].4s, v20.16b, v18.16b\n\t"                                                            \
+    "sdot %[c3].4s, v21.16b, v19.16b\n\t"                                                            \
+    "addp v22.4s, %[c0].4s, %[c1].4s\n\t"                                                            \
+    "addp v23.4s, %[c2].4s, %[c3].4s\n\t"                                                            \
+    "addp v27.4s, v22.4s, v23.4s\n\t"                                                                \
+    "sub v22.4s, v27.4s, v26.4s\n\t"                                                                 \
+    "mla %[isum].4s, v22.4s, v28.4s\n\t"
 static void q4_K_rows_dotprod(size_t n, const void *w, size_t ws, const void *a, float *out) {
+    _Static_assert(offsetof(block_q4_K, qs) == 16, "the offsets written in the assembly");
     const uint8_t *pa = a;
     const uint8x16_t m4 = vdupq_n_u8(0x0F);
     /* sc[4][8] -> scale j of rows 0..3 at bytes 4j..4j + 3 (j < 4 in the first vector, 4..7 in the second) */
@@ -501,48 +560,37 @@ static void q4_K_rows_dotprod(size_t n, const void *w, size_t ws, const void *a,
     rows_at(w, ws, p);
     for (size_t i = 0; i < n / QK_K; i++, next(p, sizeof(block_q4_K)), pa += sizeof(block_q8_K)) {
         uint8_t sc[4][8], mn[4][8];
-        int32x4_t acc[4], ms[4];
+        int32x4_t ms[4];
         const int16x8_t pairs = q8K_pairs(pa);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             k4_scales_mins(p[r] + offsetof(block_q4_K, scales), sc[r], mn[r]);
             ms[r] = k4_min_lanes(pairs, mn[r]);
-            acc[r] = vdupq_n_s32(0);
         }
-        const uint8x16x2_t scv = {{vld1q_u8(sc[0]), vld1q_u8(sc[2])}};
-        const uint8x16_t t0 = vqtbl2q_u8(scv, tr0), t1 = vqtbl2q_u8(scv, tr1);
-        const uint16x8_t h[4] = {vmovl_u8(vget_low_u8(t0)), vmovl_high_u8(t0), vmovl_u8(vget_low_u8(t1)), vmovl_high_u8(t1)};
-        int32x4_t scj[8];
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            scj[2 * k] = vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(h[k])));
-            scj[2 * k + 1] = vreinterpretq_s32_u32(vmovl_high_u16(h[k]));
-        }
-        int32x4_t isum = vdupq_n_s32(0);
-        uint32x4_t prev = vdupq_n_u32(0);
-        /* 64 values per step: low nibbles of 32 bytes are sub-block 2c, high nibbles 2c + 1 */
-#pragma GCC unroll 4
-        for (int c = 0; c < QK_K / 64; c++) {
-            const uint8_t *aq = pa + Q8K_QS + 64 * c;
-            const int8x16_t a0 = ld_s8(aq), a1 = ld_s8(aq + 16), a2 = ld_s8(aq + 32), a3 = ld_s8(aq + 48);
-            uint8x16_t q0[4], q1[4];
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                const uint8_t *qs = p[r] + offsetof(block_q4_K, qs) + 32 * c;
-                q0[r] = vld1q_u8(qs);
-                q1[r] = vld1q_u8(qs + 16);
-                acc[r] = vdotq_s32(vdotq_s32(acc[r], as_s8(vandq_u8(q0[r], m4)), a0), as_s8(vandq_u8(q1[r], m4)), a1);
-            }
-            isum = vmlaq_s32(isum, block_sums(acc, &prev), scj[2 * c]);
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++)
-                acc[r] = vdotq_s32(vdotq_s32(acc[r], as_s8(vshrq_n_u8(q0[r], 4)), a2), as_s8(vshrq_n_u8(q1[r], 4)), a3);
-            isum = vmlaq_s32(isum, block_sums(acc, &prev), scj[2 * c + 1]);
-        }
+        int32x4_t c0, c1, c2, c3, isum;
+        __asm__("ldp q29, q30, [%[sc]]\n\t"
+                "tbl v31.16b, {v29.16b, v30.16b}, %[tr0].16b\n\t" /* sub-blocks 0-3, 4 rows each */
+                "tbl v30.16b, {v29.16b, v30.16b}, %[tr1].16b\n\t" /* 4-7 */
+                "movi %[c0].4s, #0\n\t"
+                "movi %[c1].4s, #0\n\t"
+                "movi %[c2].4s, #0\n\t"
+                "movi %[c3].4s, #0\n\t"
+                "movi %[isum].4s, #0\n\t"
+                "movi v27.4s, #0\n\t"
+                Q4K_STEP(0, "v31.8b", "uxtl")
+                Q4K_STEP(1, "v31.16b", "uxtl2")
+                Q4K_STEP(2, "v30.8b", "uxtl")
+                Q4K_STEP(3, "v30.16b", "uxtl2")
+                : [c0] "=&w"(c0), [c1] "=&w"(c1), [c2] "=&w"(c2), [c3] "=&w"(c3), [isum] "=&w"(isum)
+                : [p0] "r"(p[0]), [p1] "r"(p[1]), [p2] "r"(p[2]), [p3] "r"(p[3]), [a] "r"(pa + Q8K_QS),
+                  [sc] "r"(&sc[0][0]), [tr0] "w"(tr0), [tr1] "w"(tr1), [m4] "w"(m4)
+                : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v16", "v17", "v18", "v19", "v20", "v21", "v22",
+                  "v23", "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "memory");
         sumf = k4_update(sumf, p, offsetof(block_q4_K, d), offsetof(block_q4_K, dmin), ld_f32(pa), isum, hsum4(ms));
     }
     vst1q_f32(out, sumf);
 }
+#undef Q4K_STEP
 #else
 static void EL_FN(q4_K_rows)(size_t n, const void *w, size_t ws, const void *a, float *out) {
     const uint8_t *pa = a;
