@@ -494,7 +494,7 @@ static inline float32x4_t k4_update(float32x4_t sumf, const uint8_t *const p[4],
  * The 256 values of the 4 rows in assembly: from intrinsics GCC kept every row's weights and the
  * transposed scales live across the unrolled loop and spilled to the stack. Per 64 values (c): the 4
  * rows' 32 bytes, low nibbles (sub-block 2c, mask) against activations 0-31, high nibbles (2c + 1,
- * shift) against 32-63. */
+ * shift) against 32-63. The 6-bit scales and mins of the 4 rows are unpacked together, as lanes. */
 #define Q4K_STEP(C, SRC, XTL)                                                                        \
     "ldp q16, q17, [%[a], #" #C "*64]\n\t"                                                           \
     "ldp q18, q19, [%[a], #" #C "*64+32]\n\t"                                                        \
@@ -548,44 +548,55 @@ static inline float32x4_t k4_update(float32x4_t sumf, const uint8_t *const p[4],
     "sub v22.4s, v27.4s, v26.4s\n\t"                                                                 \
     "mla %[isum].4s, v22.4s, v28.4s\n\t"
 static void q4_K_rows_dotprod(size_t n, const void *w, size_t ws, const void *a, float *out) {
-    _Static_assert(offsetof(block_q4_K, qs) == 16, "the offsets written in the assembly");
+    _Static_assert(offsetof(block_q4_K, scales) == 4 && offsetof(block_q4_K, qs) == 16,
+                   "the offsets written below and in the assembly");
     const uint8_t *pa = a;
     const uint8x16_t m4 = vdupq_n_u8(0x0F);
-    /* sc[4][8] -> scale j of rows 0..3 at bytes 4j..4j + 3 (j < 4 in the first vector, 4..7 in the second) */
-    static const uint8_t tr_tab[32] = {0, 8,  16, 24, 1, 9,  17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
-                                       4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31};
-    const uint8x16_t tr0 = vld1q_u8(tr_tab), tr1 = vld1q_u8(tr_tab + 16);
+    const uint32x4_t k3f = vdupq_n_u32(0x3f3f3f3fu), k0f = vdupq_n_u32(0x0f0f0f0fu), k03 = vdupq_n_u32(0x03030303u);
+    /* lane r's byte j -> byte 4j + r: scale j of rows 0..3 side by side, as the assembly wants them */
+    static const uint8_t tr_tab[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+    const uint8x16_t tr = vld1q_u8(tr_tab);
     float32x4_t sumf = vdupq_n_f32(0.0f);
     const uint8_t *p[4];
     rows_at(w, ws, p);
     for (size_t i = 0; i < n / QK_K; i++, next(p, sizeof(block_q4_K)), pa += sizeof(block_q8_K)) {
-        uint8_t sc[4][8], mn[4][8];
-        int32x4_t ms[4];
+        /* k4_scales_mins for the 4 rows at once: their 12 scale bytes (read as 16, within the block)
+         * transposed to words w0, w1, w2 of rows 0..3 as lanes, then its masks and shifts per lane */
+        const uint32x4_t r0 = vreinterpretq_u32_u8(vld1q_u8(p[0] + 4)), r1 = vreinterpretq_u32_u8(vld1q_u8(p[1] + 4));
+        const uint32x4_t r2 = vreinterpretq_u32_u8(vld1q_u8(p[2] + 4)), r3 = vreinterpretq_u32_u8(vld1q_u8(p[3] + 4));
+        const uint64x2_t lo01 = vreinterpretq_u64_u32(vzip1q_u32(r0, r1)), lo23 = vreinterpretq_u64_u32(vzip1q_u32(r2, r3));
+        const uint64x2_t hi01 = vreinterpretq_u64_u32(vzip2q_u32(r0, r1)), hi23 = vreinterpretq_u64_u32(vzip2q_u32(r2, r3));
+        const uint32x4_t b0 = vreinterpretq_u32_u64(vzip1q_u64(lo01, lo23)), b1 = vreinterpretq_u32_u64(vzip2q_u64(lo01, lo23));
+        const uint32x4_t b2 = vreinterpretq_u32_u64(vzip1q_u64(hi01, hi23));
+        const uint32x4_t sc03 = vandq_u32(b0, k3f);
+        const uint32x4_t sc47 = vorrq_u32(vandq_u32(b2, k0f), vshlq_n_u32(vandq_u32(vshrq_n_u32(b0, 6), k03), 4));
+        const uint32x4_t mn03 = vandq_u32(b1, k3f);
+        const uint32x4_t mn47 = vorrq_u32(vandq_u32(vshrq_n_u32(b2, 4), k0f), vshlq_n_u32(vandq_u32(vshrq_n_u32(b1, 6), k03), 4));
+        const uint8x16_t t0 = vqtbl1q_u8(vreinterpretq_u8_u32(sc03), tr), t1 = vqtbl1q_u8(vreinterpretq_u8_u32(sc47), tr);
+        /* mins: row r's 8 bytes are lane r of mn03 then of mn47 (rows 0, 1 in z01, rows 2, 3 in z23) */
+        const uint8x16_t z01 = vreinterpretq_u8_u32(vzip1q_u32(mn03, mn47)), z23 = vreinterpretq_u8_u32(vzip2q_u32(mn03, mn47));
         const int16x8_t pairs = q8K_pairs(pa);
+        const int16x8_t mr[4] = {vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(z01))), vreinterpretq_s16_u16(vmovl_high_u8(z01)),
+                                 vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(z23))), vreinterpretq_s16_u16(vmovl_high_u8(z23))};
+        int32x4_t ms[4];
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            k4_scales_mins(p[r] + offsetof(block_q4_K, scales), sc[r], mn[r]);
-            ms[r] = k4_min_lanes(pairs, mn[r]);
-        }
+        for (int r = 0; r < R; r++) ms[r] = vmlal_high_s16(vmull_s16(vget_low_s16(pairs), vget_low_s16(mr[r])), pairs, mr[r]);
         int32x4_t c0, c1, c2, c3, isum;
-        __asm__("ldp q29, q30, [%[sc]]\n\t"
-                "tbl v31.16b, {v29.16b, v30.16b}, %[tr0].16b\n\t" /* sub-blocks 0-3, 4 rows each */
-                "tbl v30.16b, {v29.16b, v30.16b}, %[tr1].16b\n\t" /* 4-7 */
-                "movi %[c0].4s, #0\n\t"
+        __asm__("movi %[c0].4s, #0\n\t"
                 "movi %[c1].4s, #0\n\t"
                 "movi %[c2].4s, #0\n\t"
                 "movi %[c3].4s, #0\n\t"
                 "movi %[isum].4s, #0\n\t"
                 "movi v27.4s, #0\n\t"
-                Q4K_STEP(0, "v31.8b", "uxtl")
-                Q4K_STEP(1, "v31.16b", "uxtl2")
-                Q4K_STEP(2, "v30.8b", "uxtl")
-                Q4K_STEP(3, "v30.16b", "uxtl2")
+                Q4K_STEP(0, "%[t0].8b", "uxtl")
+                Q4K_STEP(1, "%[t0].16b", "uxtl2")
+                Q4K_STEP(2, "%[t1].8b", "uxtl")
+                Q4K_STEP(3, "%[t1].16b", "uxtl2")
                 : [c0] "=&w"(c0), [c1] "=&w"(c1), [c2] "=&w"(c2), [c3] "=&w"(c3), [isum] "=&w"(isum)
                 : [p0] "r"(p[0]), [p1] "r"(p[1]), [p2] "r"(p[2]), [p3] "r"(p[3]), [a] "r"(pa + Q8K_QS),
-                  [sc] "r"(&sc[0][0]), [tr0] "w"(tr0), [tr1] "w"(tr1), [m4] "w"(m4)
+                  [t0] "w"(t0), [t1] "w"(t1), [m4] "w"(m4)
                 : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v16", "v17", "v18", "v19", "v20", "v21", "v22",
-                  "v23", "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "memory");
+                  "v23", "v24", "v25", "v26", "v27", "v28", "memory");
         sumf = k4_update(sumf, p, offsetof(block_q4_K, d), offsetof(block_q4_K, dmin), ld_f32(pa), isum, hsum4(ms));
     }
     vst1q_f32(out, sumf);
