@@ -87,13 +87,14 @@ EL_INL void store_rows(const float32x4_t *sum, int nr, size_t nv, float *out, si
  * 4 lanes, only their total is used. Without dotprod, 4 products (<= 4 * 4096) fit an int16 lane,
  * so 32 values take 4 widening multiply-accumulates and one pairwise widen instead of dot_s8's 8. */
 #ifdef EL_NEON_DOTPROD
-EL_INL int32x4_t dot16s(int8x16_t w, int8x16_t a) { return vdotq_s32(vdupq_n_s32(0), w, a); }
+/* acc + the 16 products w a, in 4 lanes */
+EL_INL int32x4_t dot16_run(int32x4_t acc, int8x16_t w, int8x16_t a) { return vdotq_s32(acc, w, a); }
 EL_INL int32x4_t dot32s(int8x16_t w0, int8x16_t w1, int8x16_t a0, int8x16_t a1) {
     return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, a0), w1, a1);
 }
 #else
-EL_INL int32x4_t dot16s(int8x16_t w, int8x16_t a) {
-    return vpaddlq_s16(vmlal_high_s8(vmull_s8(vget_low_s8(w), vget_low_s8(a)), w, a));
+EL_INL int32x4_t dot16_run(int32x4_t acc, int8x16_t w, int8x16_t a) {
+    return vpadalq_s16(acc, vmlal_high_s8(vmull_s8(vget_low_s8(w), vget_low_s8(a)), w, a));
 }
 EL_INL int32x4_t dot32s(int8x16_t w0, int8x16_t w1, int8x16_t a0, int8x16_t a1) {
     int16x8_t s = vmull_s8(vget_low_s8(w0), vget_low_s8(a0));
@@ -348,23 +349,23 @@ EL_INL void k16_prepare(const int T, const uint8_t *x, k16_row *st) {
     }
 }
 
-EL_INL void k16_unpack(const int T, const uint8_t *x, const k16_row *st, int c, int8x16_t v[8], int32x4_t *s03,
-                       int32x4_t *s47) {
+EL_INL void k16_unpack(const int T, const uint8_t *x, const k16_row *st, int c, int8x16_t v[8]) {
     if (T == EL_TYPE_Q6_K) {
-        const uint8x16_t m4 = vdupq_n_u8(0x0F), m2 = vdupq_n_u8(0x03), m2h = vdupq_n_u8(0x30);
+        /* the level's 2 high bits masked, then its nibble shifted in by sli (keeps the destination's
+         * low nibble) or sri (keeps its high nibble), then the + 32 taken off */
+        const uint8x16_t m3 = vdupq_n_u8(0x03), m30 = vdupq_n_u8(0x30);
         const int8x16_t k32 = vdupq_n_s8(32);
         const uint8_t *ql = x + offsetof(block_q6_K, ql) + 64 * c, *qh = x + offsetof(block_q6_K, qh) + 32 * c;
         const uint8x16_t l0 = vld1q_u8(ql), l1 = vld1q_u8(ql + 16), l2 = vld1q_u8(ql + 32), l3 = vld1q_u8(ql + 48);
         const uint8x16_t h0 = vld1q_u8(qh), h1 = vld1q_u8(qh + 16), h2 = vshrq_n_u8(h0, 2), h3 = vshrq_n_u8(h1, 2);
-        v[0] = vsubq_s8(as_s8(vorrq_u8(vandq_u8(l0, m4), vshlq_n_u8(vandq_u8(h0, m2), 4))), k32);
-        v[1] = vsubq_s8(as_s8(vorrq_u8(vandq_u8(l1, m4), vshlq_n_u8(vandq_u8(h1, m2), 4))), k32);
-        v[2] = vsubq_s8(as_s8(vorrq_u8(vandq_u8(l2, m4), vshlq_n_u8(vandq_u8(h2, m2), 4))), k32);
-        v[3] = vsubq_s8(as_s8(vorrq_u8(vandq_u8(l3, m4), vshlq_n_u8(vandq_u8(h3, m2), 4))), k32);
-        v[4] = vsubq_s8(as_s8(vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(h0, m2h))), k32);
-        v[5] = vsubq_s8(as_s8(vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(h1, m2h))), k32);
-        v[6] = vsubq_s8(as_s8(vorrq_u8(vshrq_n_u8(l2, 4), vandq_u8(h2, m2h))), k32);
-        v[7] = vsubq_s8(as_s8(vorrq_u8(vshrq_n_u8(l3, 4), vandq_u8(h3, m2h))), k32);
-        widen_scales(vmovl_s8(vld1_s8((const int8_t *)(x + offsetof(block_q6_K, scales) + 8 * c))), s03, s47);
+        v[4] = vsubq_s8(as_s8(vsriq_n_u8(vandq_u8(h0, m30), l0, 4)), k32);
+        v[5] = vsubq_s8(as_s8(vsriq_n_u8(vandq_u8(h1, m30), l1, 4)), k32);
+        v[6] = vsubq_s8(as_s8(vsriq_n_u8(vandq_u8(h2, m30), l2, 4)), k32);
+        v[7] = vsubq_s8(as_s8(vsriq_n_u8(vandq_u8(h3, m30), l3, 4)), k32);
+        v[0] = vsubq_s8(as_s8(vsliq_n_u8(l0, vandq_u8(h0, m3), 4)), k32);
+        v[1] = vsubq_s8(as_s8(vsliq_n_u8(l1, vandq_u8(h1, m3), 4)), k32);
+        v[2] = vsubq_s8(as_s8(vsliq_n_u8(l2, vandq_u8(h2, m3), 4)), k32);
+        v[3] = vsubq_s8(as_s8(vsliq_n_u8(l3, vandq_u8(h3, m3), 4)), k32);
     } else if (T == EL_TYPE_Q3_K) {
         /* value 128c + 32j + l: bits 2j of qs[32c + l] minus 4 unless bit 4c + j of hmask[l] is set */
         const uint8x16_t m3 = vdupq_n_u8(3), four = vdupq_n_u8(4);
@@ -379,7 +380,6 @@ EL_INL void k16_unpack(const int T, const uint8_t *x, const k16_row *st, int c, 
             q1 = vshrq_n_u8(q1, 2);
             bit = vshlq_n_u8(bit, 1);
         }
-        widen_scales(vmovl_s8(vld1_s8(st->sc3 + 8 * c)), s03, s47);
     } else { /* Q2_K: value 128c + 32j + l = bits 2j of qs[32c + l] */
         const uint8x16_t m3 = vdupq_n_u8(3);
         const uint8x16_t q0 = vld1q_u8(x + offsetof(block_q2_K, qs) + 32 * c);
@@ -392,14 +392,28 @@ EL_INL void k16_unpack(const int T, const uint8_t *x, const k16_row *st, int c, 
         v[5] = as_s8(vandq_u8(vshrq_n_u8(q1, 4), m3));
         v[6] = as_s8(vshrq_n_u8(q0, 6));
         v[7] = as_s8(vshrq_n_u8(q1, 6));
-        const uint8x8_t sc = vand_u8(vld1_u8(x + offsetof(block_q2_K, scales) + 8 * c), vdup_n_u8(0x0F));
-        widen_scales(vreinterpretq_s16_u16(vmovl_u8(sc)), s03, s47);
+    }
+}
+
+/* The 16 group scales of a super-block as int16: groups 0-7 in lo, 8-15 in hi */
+EL_INL void k16_scales(const int T, const uint8_t *x, const k16_row *st, int16x8_t *lo, int16x8_t *hi) {
+    if (T == EL_TYPE_Q6_K || T == EL_TYPE_Q3_K) {
+        const int8x16_t s = T == EL_TYPE_Q6_K ? vld1q_s8((const int8_t *)(x + offsetof(block_q6_K, scales))) : vld1q_s8(st->sc3);
+        *lo = vmovl_s8(vget_low_s8(s));
+        *hi = vmovl_high_s8(s);
+    } else {
+        const uint8x16_t sc = vandq_u8(vld1q_u8(x + offsetof(block_q2_K, scales)), vdupq_n_u8(0x0F));
+        *lo = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(sc)));
+        *hi = vreinterpretq_s16_u16(vmovl_high_u8(sc));
     }
 }
 
 /* Per super-block and row: isum = sum_g scale[g] * dot(group g) exact; Q2_K also summ = sum_s
  * bsums[s] * min[s]. Lane j then gets vec_dot's float update: Q3_K / Q6_K sumf += (dw * da) * isum,
- * Q2_K sumf += (da * dw) * isum - (da * dmw) * summ. */
+ * Q2_K sumf += (da * dw) * isum - (da * dmw) * summ.
+ * isum by summation by parts: with the running dot R_g = dot(groups 0..g) (one sdot into a running
+ * register, none zeroed per group), sum_g s_g (R_g - R_(g-1)) = sum_g R_g (s_g - s_(g+1)), s_16 = 0.
+ * The same integer (the partial sums may wrap in int32; the total, below 2^31, comes out exact). */
 EL_INL void k16_tile(const int T, const int NR, size_t n, const void *w, size_t ws, const void *a, size_t as,
                      size_t nv, float *out, size_t ldo) {
     const size_t wb = T == EL_TYPE_Q6_K   ? sizeof(block_q6_K)
@@ -414,20 +428,28 @@ EL_INL void k16_tile(const int T, const int NR, size_t n, const void *w, size_t 
         const size_t ao = i * sizeof(block_q8_K);
         const uint8_t *x[2];
         k16_row st[2];
-        int32x4_t acc[2][4];
+        int32x4_t acc[2][4], run[2][4];
+        int16x8_t dif[2][2]; /* s_g - s_(g+1): groups 0-7, 8-15 */
         UNROLL
         for (int r = 0; r < NR; r++) {
             x[r] = (const uint8_t *)w + r * ws + i * wb;
             k16_prepare(T, x[r], &st[r]);
+            int16x8_t lo, hi;
+            k16_scales(T, x[r], &st[r], &lo, &hi);
+            dif[r][0] = vsubq_s16(lo, vextq_s16(lo, hi, 1));
+            dif[r][1] = vsubq_s16(hi, vextq_s16(hi, vdupq_n_s16(0), 1));
             UNROLL
-            for (int j = 0; j < 4; j++) acc[r][j] = vdupq_n_s32(0);
+            for (int j = 0; j < 4; j++) acc[r][j] = run[r][j] = vdupq_n_s32(0);
         }
         UNROLL
         for (int c = 0; c < QK_K / 128; c++) {
             int8x16_t v[2][8];
             int32x4_t s03[2], s47[2];
             UNROLL
-            for (int r = 0; r < NR; r++) k16_unpack(T, x[r], &st[r], c, v[r], &s03[r], &s47[r]);
+            for (int r = 0; r < NR; r++) {
+                k16_unpack(T, x[r], &st[r], c, v[r]);
+                widen_scales(dif[r][c], &s03[r], &s47[r]);
+            }
             UNROLL
             for (int j = 0; j < 4; j++) {
                 const uint8_t *aq = ap[j] + ao + Q8K_QS + 128 * c;
@@ -435,7 +457,10 @@ EL_INL void k16_tile(const int T, const int NR, size_t n, const void *w, size_t 
                 for (int g = 0; g < 8; g++) {
                     const int8x16_t av = ld_s8(aq + 16 * g);
                     UNROLL
-                    for (int r = 0; r < NR; r++) acc[r][j] = mla_sc(acc[r][j], dot16s(v[r][g], av), s03[r], s47[r], g);
+                    for (int r = 0; r < NR; r++) {
+                        run[r][j] = dot16_run(run[r][j], v[r][g], av);
+                        acc[r][j] = mla_sc(acc[r][j], run[r][j], s03[r], s47[r], g);
+                    }
                 }
             }
         }
