@@ -687,8 +687,7 @@ static inline float32x4_t k_update(float32x4_t sumf, const uint8_t *const p[4], 
 
 #ifdef EL_NEON_DOTPROD
 /* Q6_K with dotprod: levels used as stored (0..63), the + 32 taken off once per row as 32 * sum_g sc_g *
- * bsums_g (the Q8_K sums of 16 activations, exact integers, so isum is the reference's integer); each
- * 16-value sdot scaled by its scale as a lane of the row's widened scales (mla by element).
+ * bsums_g (the Q8_K sums of 16 activations, exact integers, so isum is the reference's integer).
  *
  * One row's 256 values in assembly, a row at a time: compiled from intrinsics, GCC interleaved the 4
  * unrolled rows, kept all 16 activation vectors live and spilled about 50 vectors to the stack per
@@ -698,56 +697,60 @@ static inline float32x4_t k_update(float32x4_t sumf, const uint8_t *const p[4], 
  * takes the groups 2h, 2h + 1 (low nibbles) and 2h + 4, 2h + 5 (high nibbles) from two ql vectors and
  * the qh pair shifted right by 2h. A level vector costs two instructions: the 2 high bits masked, then
  * the nibble shifted in by sli (keeps the destination's low nibble) or sri (keeps its high nibble).
- * Two accumulators halve the mla chain. */
-#define Q6_HALF(LOFF, A0, A4, SCA, I0, I1, SCB)                                                       \
+ * The 16-value groups' scales by summation by parts, as neon_batch.c's k16_tile: two running dots,
+ * A over groups 0 4 2 6 8 12 10 14 and B over 1 5 3 7 9 13 11 15 (the order they are reached), each
+ * added after every group times its sequence's scale less the next one's (the last one alone), into
+ * its own accumulator: no register zeroed per group. The same exact integer. */
+#define Q6_HALF(LOFF, A0, A4, DA, DB, K0, K1)                                                         \
     "ldp q0, q1, [%[x], #" LOFF "]\n\t"                                                              \
     "and v2.16b, v20.16b, %[m30].16b\n\t"                                                           \
     "sri v2.16b, v0.16b, #4\n\t"                                                                    \
     "and v3.16b, v21.16b, %[m30].16b\n\t"                                                           \
     "sri v3.16b, v1.16b, #4\n\t"                                                                    \
-    "and v4.16b, v20.16b, %[m3].16b\n\t"                                                            \
-    "sli v0.16b, v4.16b, #4\n\t"                                                                    \
-    "and v5.16b, v21.16b, %[m3].16b\n\t"                                                            \
-    "sli v1.16b, v5.16b, #4\n\t"                                                                    \
+    "and v6.16b, v20.16b, %[m3].16b\n\t"                                                            \
+    "sli v0.16b, v6.16b, #4\n\t"                                                                    \
+    "and v7.16b, v21.16b, %[m3].16b\n\t"                                                            \
+    "sli v1.16b, v7.16b, #4\n\t"                                                                    \
     "ldp q16, q17, [%[a], #" A0 "]\n\t"                                                             \
     "ldp q18, q19, [%[a], #" A4 "]\n\t"                                                             \
-    "movi v4.4s, #0\n\t"                                                                            \
-    "movi v5.4s, #0\n\t"                                                                            \
-    "movi v6.4s, #0\n\t"                                                                            \
-    "movi v7.4s, #0\n\t"                                                                            \
     "sdot v4.4s, v0.16b, v16.16b\n\t"                                                               \
+    "mla %[s0].4s, v4.4s, " DA ".s[" K0 "]\n\t"                                                     \
     "sdot v5.4s, v1.16b, v17.16b\n\t"                                                               \
-    "sdot v6.4s, v2.16b, v18.16b\n\t"                                                               \
-    "sdot v7.4s, v3.16b, v19.16b\n\t"                                                               \
-    "mla %[s0].4s, v4.4s, " SCA ".s[" I0 "]\n\t"                                                    \
-    "mla %[s1].4s, v5.4s, " SCA ".s[" I1 "]\n\t"                                                    \
-    "mla %[s0].4s, v6.4s, " SCB ".s[" I0 "]\n\t"                                                    \
-    "mla %[s1].4s, v7.4s, " SCB ".s[" I1 "]\n\t"
-static inline int32x4_t q6_K_row_dot(const uint8_t *x, const uint8_t *a, uint8x16_t m3, uint8x16_t m30) {
+    "mla %[s1].4s, v5.4s, " DB ".s[" K0 "]\n\t"                                                     \
+    "sdot v4.4s, v2.16b, v18.16b\n\t"                                                               \
+    "mla %[s0].4s, v4.4s, " DA ".s[" K1 "]\n\t"                                                     \
+    "sdot v5.4s, v3.16b, v19.16b\n\t"                                                               \
+    "mla %[s1].4s, v5.4s, " DB ".s[" K1 "]\n\t"
+static inline int32x4_t q6_K_row_dot(const uint8_t *x, const uint8_t *a, uint8x16_t m3, uint8x16_t m30,
+                                     uint8x16_t seq, uint8x16_t seq_next) {
     _Static_assert(offsetof(block_q6_K, ql) == 0 && offsetof(block_q6_K, qh) == 128 &&
                    offsetof(block_q6_K, scales) == 192, "the offsets written in the assembly");
     int32x4_t s0, s1;
     __asm__("ldr q22, [%[x], #192]\n\t"
-            "sxtl v23.8h, v22.8b\n\t"
-            "sxtl2 v22.8h, v22.16b\n\t"
-            "sxtl v24.4s, v23.4h\n\t"  /* scales 0-3 */
-            "sxtl2 v25.4s, v23.8h\n\t" /* 4-7 */
-            "sxtl v26.4s, v22.4h\n\t"  /* 8-11 */
-            "sxtl2 v27.4s, v22.8h\n\t" /* 12-15 */
+            "tbl v23.16b, {v22.16b}, %[seq].16b\n\t"      /* scales in sequence order: A, then B */
+            "tbl v22.16b, {v22.16b}, %[seq_next].16b\n\t" /* each one's successor (0 after the last) */
+            "ssubl v24.8h, v23.8b, v22.8b\n\t"
+            "ssubl2 v25.8h, v23.16b, v22.16b\n\t"
+            "sxtl v26.4s, v24.4h\n\t"  /* A 0-3 */
+            "sxtl2 v27.4s, v24.8h\n\t" /* A 4-7 */
+            "sxtl v24.4s, v25.4h\n\t"  /* B 0-3 */
+            "sxtl2 v25.4s, v25.8h\n\t" /* B 4-7 */
             "movi %[s0].4s, #0\n\t"
             "movi %[s1].4s, #0\n\t"
+            "movi v4.4s, #0\n\t"
+            "movi v5.4s, #0\n\t"
             "ldp q20, q21, [%[x], #128]\n\t"
-            Q6_HALF("0", "0", "64", "v24", "0", "1", "v25")
+            Q6_HALF("0", "0", "64", "v26", "v24", "0", "1")
             "ushr v20.16b, v20.16b, #2\n\t"
             "ushr v21.16b, v21.16b, #2\n\t"
-            Q6_HALF("32", "32", "96", "v24", "2", "3", "v25")
+            Q6_HALF("32", "32", "96", "v26", "v24", "2", "3")
             "ldp q20, q21, [%[x], #160]\n\t"
-            Q6_HALF("64", "128", "192", "v26", "0", "1", "v27")
+            Q6_HALF("64", "128", "192", "v27", "v25", "0", "1")
             "ushr v20.16b, v20.16b, #2\n\t"
             "ushr v21.16b, v21.16b, #2\n\t"
-            Q6_HALF("96", "160", "224", "v26", "2", "3", "v27")
+            Q6_HALF("96", "160", "224", "v27", "v25", "2", "3")
             : [s0] "=&w"(s0), [s1] "=&w"(s1)
-            : [x] "r"(x), [a] "r"(a), [m3] "w"(m3), [m30] "w"(m30)
+            : [x] "r"(x), [a] "r"(a), [m3] "w"(m3), [m30] "w"(m30), [seq] "w"(seq), [seq_next] "w"(seq_next)
             : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v16", "v17", "v18", "v19", "v20", "v21", "v22",
               "v23", "v24", "v25", "v26", "v27", "memory");
     return vaddq_s32(s0, s1);
@@ -757,6 +760,9 @@ static inline int32x4_t q6_K_row_dot(const uint8_t *x, const uint8_t *a, uint8x1
 static void q6_K_rows_dotprod(size_t n, const void *w, size_t ws, const void *a, float *out) {
     const uint8_t *pa = a;
     const uint8x16_t m3 = vdupq_n_u8(0x03), m30 = vdupq_n_u8(0x30);
+    static const uint8_t seq_tab[32] = {0, 4, 2, 6, 8, 12, 10, 14,   1, 5, 3, 7, 9, 13, 11, 15,
+                                        4, 2, 6, 8, 12, 10, 14, 255, 5, 3, 7, 9, 13, 11, 15, 255};
+    const uint8x16_t seq = vld1q_u8(seq_tab), seq_next = vld1q_u8(seq_tab + 16);
     float32x4_t sumf = vdupq_n_f32(0.0f);
     const uint8_t *p[4];
     rows_at(w, ws, p);
@@ -772,7 +778,7 @@ static void q6_K_rows_dotprod(size_t n, const void *w, size_t ws, const void *a,
             m = vmlal_high_s16(m, b0, lo);
             m = vmlal_s16(m, vget_low_s16(b1), vget_low_s16(hi));
             off[r] = vmlal_high_s16(m, b1, hi);
-            acc[r] = q6_K_row_dot(p[r], pa + Q8K_QS, m3, m30);
+            acc[r] = q6_K_row_dot(p[r], pa + Q8K_QS, m3, m30, seq, seq_next);
         }
         const int32x4_t isum = vsubq_s32(hsum4(acc), vshlq_n_s32(hsum4(off), 5));
         sumf = k_update(sumf, p, offsetof(block_q6_K, d), ld_f32(pa), isum);
