@@ -89,12 +89,21 @@ EL_INL void store_rows(const float32x4_t *sum, int nr, size_t nv, float *out, si
 #ifdef EL_NEON_DOTPROD
 /* acc + the 16 products w a, in 4 lanes */
 EL_INL int32x4_t dot16_run(int32x4_t acc, int8x16_t w, int8x16_t a) { return vdotq_s32(acc, w, a); }
+EL_INL int32x4_t dot32_run(int32x4_t acc, int8x16_t w0, int8x16_t w1, int8x16_t a0, int8x16_t a1) {
+    return vdotq_s32(vdotq_s32(acc, w0, a0), w1, a1);
+}
 EL_INL int32x4_t dot32s(int8x16_t w0, int8x16_t w1, int8x16_t a0, int8x16_t a1) {
     return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, a0), w1, a1);
 }
 #else
 EL_INL int32x4_t dot16_run(int32x4_t acc, int8x16_t w, int8x16_t a) {
     return vpadalq_s16(acc, vmlal_high_s8(vmull_s8(vget_low_s8(w), vget_low_s8(a)), w, a));
+}
+EL_INL int32x4_t dot32_run(int32x4_t acc, int8x16_t w0, int8x16_t w1, int8x16_t a0, int8x16_t a1) {
+    int16x8_t s = vmull_s8(vget_low_s8(w0), vget_low_s8(a0));
+    s = vmlal_high_s8(s, w0, a0);
+    s = vmlal_s8(s, vget_low_s8(w1), vget_low_s8(a1));
+    return vpadalq_s16(acc, vmlal_high_s8(s, w1, a1));
 }
 EL_INL int32x4_t dot32s(int8x16_t w0, int8x16_t w1, int8x16_t a0, int8x16_t a1) {
     int16x8_t s = vmull_s8(vget_low_s8(w0), vget_low_s8(a0));
@@ -229,7 +238,8 @@ LEGACY_ENTRIES(q8_0, EL_TYPE_Q8_0)
 
 /* Per super-block and row r: isum = sum_s sc[s] * dot(sub-block s), summ = sum_s mn[s] * (activation
  * sum of sub-block s) in exact integers, then lane j gets vec_dot's sumf += d * isum - dmin * summ
- * with d = dw * da, dmin = dmw * da. Steps of 64 values: 4 weight registers per row. */
+ * with d = dw * da, dmin = dmw * da. Steps of 64 values: 4 weight registers per row. isum by summation
+ * by parts over a running dot, as k16_tile below. */
 EL_INL void k45_tile(const int T, const int NR, size_t n, const void *w, size_t ws, const void *a, size_t as,
                      size_t nv, float *out, size_t ldo) {
     const int q5 = T == EL_TYPE_Q5_K;
@@ -245,7 +255,7 @@ EL_INL void k45_tile(const int T, const int NR, size_t n, const void *w, size_t 
     for (size_t i = 0; i < n / QK_K; i++) {
         const size_t ao = i * sizeof(block_q8_K);
         const uint8_t *x[2];
-        int32x4_t s03[2], s47[2], acc[2][4];
+        int32x4_t s03[2], s47[2], acc[2][4], run[2][4];
         uint8_t mn[2][8];
         uint8x16_t h0[2], h1[2];
         UNROLL
@@ -253,9 +263,10 @@ EL_INL void k45_tile(const int T, const int NR, size_t n, const void *w, size_t 
             x[r] = (const uint8_t *)w + r * ws + i * wb;
             uint8_t sc[8];
             k4_scales_mins(x[r] + o_sc, sc, mn[r]);
-            widen_scales(vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sc))), &s03[r], &s47[r]);
+            const int16x8_t s16 = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sc)));
+            widen_scales(vsubq_s16(s16, vextq_s16(s16, vdupq_n_s16(0), 1)), &s03[r], &s47[r]);
             UNROLL
-            for (int j = 0; j < 4; j++) acc[r][j] = vdupq_n_s32(0);
+            for (int j = 0; j < 4; j++) acc[r][j] = run[r][j] = vdupq_n_s32(0);
             if (q5) {
                 h0[r] = vld1q_u8(x[r] + offsetof(block_q5_K, qh));
                 h1[r] = vld1q_u8(x[r] + offsetof(block_q5_K, qh) + 16);
@@ -289,8 +300,10 @@ EL_INL void k45_tile(const int T, const int NR, size_t n, const void *w, size_t 
                 const int8x16_t a0 = ld_s8(aq), a1 = ld_s8(aq + 16), a2 = ld_s8(aq + 32), a3 = ld_s8(aq + 48);
                 UNROLL
                 for (int r = 0; r < NR; r++) {
-                    acc[r][j] = mla_sc(acc[r][j], dot32s(l0[r], l1[r], a0, a1), s03[r], s47[r], 2 * c);
-                    acc[r][j] = mla_sc(acc[r][j], dot32s(u0[r], u1[r], a2, a3), s03[r], s47[r], 2 * c + 1);
+                    run[r][j] = dot32_run(run[r][j], l0[r], l1[r], a0, a1);
+                    acc[r][j] = mla_sc(acc[r][j], run[r][j], s03[r], s47[r], 2 * c);
+                    run[r][j] = dot32_run(run[r][j], u0[r], u1[r], a2, a3);
+                    acc[r][j] = mla_sc(acc[r][j], run[r][j], s03[r], s47[r], 2 * c + 1);
                 }
             }
         }
