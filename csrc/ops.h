@@ -20,12 +20,12 @@ typedef struct {
     float corr[2];          /* YaRN's correction dims (el_rope_init) */
 } el_rope_args;
 
-/* the rotation of layer L of a model description; mscale 1 when magnitude is 0 (a pure rotation, for
- * re-rotating cached keys by a position delta) */
 /* Gemma 2's soft-capping, cap * tanh(x / cap), rounded as llama.cpp's graph does it: x times the
  * float 1/cap, tanhf, times cap */
 static inline float el_softcap(float x, float cap) { return tanhf(x * (1.0f / cap)) * cap; }
 
+/* the rotation of layer L of a model description; mscale 1 when magnitude is 0 (a pure rotation, for
+ * re-rotating cached keys by a position delta) */
 el_rope_args el_rope_init(const el_model_desc *d, const el_layer *L, int magnitude);
 /* cs[2i], cs[2i+1] = cos, sin of the i-th rotation angle at pos. */
 void el_rope_cache(float *cs, size_t n_rot, int32_t pos, const el_rope_args *r);

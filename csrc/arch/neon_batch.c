@@ -129,6 +129,8 @@ EL_INL int32x4_t mla_sc(int32x4_t acc, int32x4_t p, int32x4_t s03, int32x4_t s47
 }
 
 /* 8 scales (int16 lanes) as two int32x4 */
+/* summation by parts (k16_tile): each scale less the next one; next = the 8 scales after s (0 past the end) */
+EL_INL int16x8_t scale_steps(int16x8_t s, int16x8_t next) { return vsubq_s16(s, vextq_s16(s, next, 1)); }
 EL_INL void widen_scales(int16x8_t s, int32x4_t *s03, int32x4_t *s47) {
     *s03 = vmovl_s16(vget_low_s16(s));
     *s47 = vmovl_high_s16(s);
@@ -264,7 +266,7 @@ EL_INL void k45_tile(const int T, const int NR, size_t n, const void *w, size_t 
             uint8_t sc[8];
             k4_scales_mins(x[r] + o_sc, sc, mn[r]);
             const int16x8_t s16 = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sc)));
-            widen_scales(vsubq_s16(s16, vextq_s16(s16, vdupq_n_s16(0), 1)), &s03[r], &s47[r]);
+            widen_scales(scale_steps(s16, vdupq_n_s16(0)), &s03[r], &s47[r]);
             UNROLL
             for (int j = 0; j < 4; j++) acc[r][j] = run[r][j] = vdupq_n_s32(0);
             if (q5) {
@@ -449,8 +451,8 @@ EL_INL void k16_tile(const int T, const int NR, size_t n, const void *w, size_t 
             k16_prepare(T, x[r], &st[r]);
             int16x8_t lo, hi;
             k16_scales(T, x[r], &st[r], &lo, &hi);
-            dif[r][0] = vsubq_s16(lo, vextq_s16(lo, hi, 1));
-            dif[r][1] = vsubq_s16(hi, vextq_s16(hi, vdupq_n_s16(0), 1));
+            dif[r][0] = scale_steps(lo, hi);
+            dif[r][1] = scale_steps(hi, vdupq_n_s16(0));
             UNROLL
             for (int j = 0; j < 4; j++) acc[r][j] = run[r][j] = vdupq_n_s32(0);
         }

@@ -463,11 +463,11 @@ static void EL_FN(q5_1_rows)(size_t n, const void *w, size_t ws, const void *a, 
 
 /* ---------------- K-quants x Q8_K ---------------- */
 
-/* the 8 products bsums-pair * min of one row, as lanes to be summed: sum_j pairs[j] * mn[j] */
-static inline int32x4_t k4_min_lanes(int16x8_t pairs, const uint8_t mn[8]) {
-    const int16x8_t m = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mn)));
+/* the 8 products bsums-pair * min of one row, as lanes to be summed: sum_j pairs[j] * m[j] */
+static inline int32x4_t k4_min_lanes(int16x8_t pairs, int16x8_t m) {
     return vmlal_high_s16(vmull_s16(vget_low_s16(pairs), vget_low_s16(m)), pairs, m);
 }
+static inline int16x8_t k4_mins16(const uint8_t mn[8]) { return vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mn))); }
 
 /* the activation's bsums summed in pairs: the 8 sums of its 32-value sub-blocks (|sum| <= 4096) */
 static inline int16x8_t q8K_pairs(const uint8_t *pa) {
@@ -485,6 +485,25 @@ static inline float32x4_t k4_update(float32x4_t sumf, const uint8_t *const p[4],
 }
 
 #ifdef EL_NEON_DOTPROD
+/* neon_common.h's k4_scales_mins for the 4 rows at once, as lanes: their 12 packed bytes (read as 16, still
+ * within the block) transposed to words w0, w1, w2 of rows 0..3, then its masks and shifts per lane. Lane r
+ * of sc03 holds row r's scales 0..3 (a byte each), sc47 scales 4..7, mn03 / mn47 the mins. */
+static inline void k4_scales_mins_x4(const uint8_t *const p[4], uint32x4_t *sc03, uint32x4_t *sc47, uint32x4_t *mn03,
+                                     uint32x4_t *mn47) {
+    _Static_assert(offsetof(block_q4_K, scales) == 4, "the packed scales read below");
+    const uint32x4_t k3f = vdupq_n_u32(0x3f3f3f3fu), k0f = vdupq_n_u32(0x0f0f0f0fu), k03 = vdupq_n_u32(0x03030303u);
+    const uint32x4_t r0 = vreinterpretq_u32_u8(vld1q_u8(p[0] + 4)), r1 = vreinterpretq_u32_u8(vld1q_u8(p[1] + 4));
+    const uint32x4_t r2 = vreinterpretq_u32_u8(vld1q_u8(p[2] + 4)), r3 = vreinterpretq_u32_u8(vld1q_u8(p[3] + 4));
+    const uint64x2_t lo01 = vreinterpretq_u64_u32(vzip1q_u32(r0, r1)), lo23 = vreinterpretq_u64_u32(vzip1q_u32(r2, r3));
+    const uint64x2_t hi01 = vreinterpretq_u64_u32(vzip2q_u32(r0, r1)), hi23 = vreinterpretq_u64_u32(vzip2q_u32(r2, r3));
+    const uint32x4_t b0 = vreinterpretq_u32_u64(vzip1q_u64(lo01, lo23)), b1 = vreinterpretq_u32_u64(vzip2q_u64(lo01, lo23));
+    const uint32x4_t b2 = vreinterpretq_u32_u64(vzip1q_u64(hi01, hi23));
+    *sc03 = vandq_u32(b0, k3f);
+    *sc47 = vorrq_u32(vandq_u32(b2, k0f), vshlq_n_u32(vandq_u32(vshrq_n_u32(b0, 6), k03), 4));
+    *mn03 = vandq_u32(b1, k3f);
+    *mn47 = vorrq_u32(vandq_u32(vshrq_n_u32(b2, 4), k0f), vshlq_n_u32(vandq_u32(vshrq_n_u32(b1, 6), k03), 4));
+}
+
 /* Q4_K with dotprod: the sub-block scales applied once per sub-block for the 4 rows as lanes. Each row
  * keeps a running sdot total; after every 32-value sub-block the 4 totals are gathered (addp) less the
  * previous ones (the two registers of totals alternate) and multiplied by the vector of the 4 rows'
@@ -548,11 +567,9 @@ static inline float32x4_t k4_update(float32x4_t sumf, const uint8_t *const p[4],
     "sub v22.4s, v27.4s, v26.4s\n\t"                                                                 \
     "mla %[isum].4s, v22.4s, v28.4s\n\t"
 static void q4_K_rows_dotprod(size_t n, const void *w, size_t ws, const void *a, float *out) {
-    _Static_assert(offsetof(block_q4_K, scales) == 4 && offsetof(block_q4_K, qs) == 16,
-                   "the offsets written below and in the assembly");
+    _Static_assert(offsetof(block_q4_K, qs) == 16, "the offset written in the assembly");
     const uint8_t *pa = a;
     const uint8x16_t m4 = vdupq_n_u8(0x0F);
-    const uint32x4_t k3f = vdupq_n_u32(0x3f3f3f3fu), k0f = vdupq_n_u32(0x0f0f0f0fu), k03 = vdupq_n_u32(0x03030303u);
     /* lane r's byte j -> byte 4j + r: scale j of rows 0..3 side by side, as the assembly wants them */
     static const uint8_t tr_tab[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
     const uint8x16_t tr = vld1q_u8(tr_tab);
@@ -560,18 +577,8 @@ static void q4_K_rows_dotprod(size_t n, const void *w, size_t ws, const void *a,
     const uint8_t *p[4];
     rows_at(w, ws, p);
     for (size_t i = 0; i < n / QK_K; i++, next(p, sizeof(block_q4_K)), pa += sizeof(block_q8_K)) {
-        /* k4_scales_mins for the 4 rows at once: their 12 scale bytes (read as 16, within the block)
-         * transposed to words w0, w1, w2 of rows 0..3 as lanes, then its masks and shifts per lane */
-        const uint32x4_t r0 = vreinterpretq_u32_u8(vld1q_u8(p[0] + 4)), r1 = vreinterpretq_u32_u8(vld1q_u8(p[1] + 4));
-        const uint32x4_t r2 = vreinterpretq_u32_u8(vld1q_u8(p[2] + 4)), r3 = vreinterpretq_u32_u8(vld1q_u8(p[3] + 4));
-        const uint64x2_t lo01 = vreinterpretq_u64_u32(vzip1q_u32(r0, r1)), lo23 = vreinterpretq_u64_u32(vzip1q_u32(r2, r3));
-        const uint64x2_t hi01 = vreinterpretq_u64_u32(vzip2q_u32(r0, r1)), hi23 = vreinterpretq_u64_u32(vzip2q_u32(r2, r3));
-        const uint32x4_t b0 = vreinterpretq_u32_u64(vzip1q_u64(lo01, lo23)), b1 = vreinterpretq_u32_u64(vzip2q_u64(lo01, lo23));
-        const uint32x4_t b2 = vreinterpretq_u32_u64(vzip1q_u64(hi01, hi23));
-        const uint32x4_t sc03 = vandq_u32(b0, k3f);
-        const uint32x4_t sc47 = vorrq_u32(vandq_u32(b2, k0f), vshlq_n_u32(vandq_u32(vshrq_n_u32(b0, 6), k03), 4));
-        const uint32x4_t mn03 = vandq_u32(b1, k3f);
-        const uint32x4_t mn47 = vorrq_u32(vandq_u32(vshrq_n_u32(b2, 4), k0f), vshlq_n_u32(vandq_u32(vshrq_n_u32(b1, 6), k03), 4));
+        uint32x4_t sc03, sc47, mn03, mn47;
+        k4_scales_mins_x4(p, &sc03, &sc47, &mn03, &mn47);
         const uint8x16_t t0 = vqtbl1q_u8(vreinterpretq_u8_u32(sc03), tr), t1 = vqtbl1q_u8(vreinterpretq_u8_u32(sc47), tr);
         /* mins: row r's 8 bytes are lane r of mn03 then of mn47 (rows 0, 1 in z01, rows 2, 3 in z23) */
         const uint8x16_t z01 = vreinterpretq_u8_u32(vzip1q_u32(mn03, mn47)), z23 = vreinterpretq_u8_u32(vzip2q_u32(mn03, mn47));
@@ -580,7 +587,7 @@ static void q4_K_rows_dotprod(size_t n, const void *w, size_t ws, const void *a,
                                  vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(z23))), vreinterpretq_s16_u16(vmovl_high_u8(z23))};
         int32x4_t ms[4];
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) ms[r] = vmlal_high_s16(vmull_s16(vget_low_s16(pairs), vget_low_s16(mr[r])), pairs, mr[r]);
+        for (int r = 0; r < R; r++) ms[r] = k4_min_lanes(pairs, mr[r]);
         int32x4_t c0, c1, c2, c3, isum;
         __asm__("movi %[c0].4s, #0\n\t"
                 "movi %[c1].4s, #0\n\t"
@@ -616,7 +623,7 @@ static void EL_FN(q4_K_rows)(size_t n, const void *w, size_t ws, const void *a, 
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             k4_scales_mins(p[r] + offsetof(block_q4_K, scales), sc[r], mn[r]);
-            ms[r] = k4_min_lanes(pairs, mn[r]);
+            ms[r] = k4_min_lanes(pairs, k4_mins16(mn[r]));
             acc[r] = vdupq_n_s32(0);
         }
         /* 64 values per step: low nibbles of 32 bytes are sub-block 2c, high nibbles 2c + 1 */
@@ -652,7 +659,7 @@ static void EL_FN(q5_K_rows)(size_t n, const void *w, size_t ws, const void *a, 
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             k4_scales_mins(p[r] + offsetof(block_q5_K, scales), sc[r], mn[r]);
-            ms[r] = k4_min_lanes(pairs, mn[r]);
+            ms[r] = k4_min_lanes(pairs, k4_mins16(mn[r]));
             acc[r] = vdupq_n_s32(0);
             h0[r] = vld1q_u8(p[r] + offsetof(block_q5_K, qh));
             h1[r] = vld1q_u8(p[r] + offsetof(block_q5_K, qh) + 16);
