@@ -223,18 +223,23 @@ void el_round_f16_scalar(size_t n, const float *x, float *y) {
     for (size_t i = 0; i < n; i++) y[i] = el_fp16_to_fp32(el_fp32_to_fp16(x[i]));
 }
 
-size_t el_panel_group_bytes(size_t cols) {
-    const size_t pair = EL_PANEL_PAIR_BYTES > EL_PANEL512_PAIR_BYTES ? EL_PANEL_PAIR_BYTES : EL_PANEL512_PAIR_BYTES;
-    return el_size_mul((cols / 32 + 1) / 2, pair);
+size_t el_panel_group_bytes(int act_type, size_t cols) {
+    if (act_type == EL_TYPE_Q8_0) {
+        const size_t pair = EL_PANEL_PAIR_BYTES > EL_PANEL512_PAIR_BYTES ? EL_PANEL_PAIR_BYTES : EL_PANEL512_PAIR_BYTES;
+        return el_size_mul((cols / 32 + 1) / 2, pair);
+    }
+    if (act_type == EL_TYPE_Q8_K) return el_size_mul(cols / QK_K, EL_PANEL512K_SB_BYTES);
+    return 0;
 }
 
-size_t el_panel_bytes(size_t cols, size_t n_vec) {
+size_t el_panel_bytes(int act_type, size_t cols, size_t n_vec) {
 #if defined(__x86_64__)
-    if (n_vec < 2) return 0;
+    const size_t group = el_panel_group_bytes(act_type, cols);
+    if (n_vec < 2 || group == 0) return 0;
     const size_t groups = n_vec / EL_NV_MAX + (n_vec % EL_NV_MAX != 0);
-    return el_size_add(EL_PANEL_HEADER, el_size_mul(groups, el_panel_group_bytes(cols)));
+    return el_size_add(EL_PANEL_HEADER, el_size_mul(groups, group));
 #else
-    (void)cols, (void)n_vec;
+    (void)act_type, (void)cols, (void)n_vec;
     return 0;
 #endif
 }

@@ -26,27 +26,32 @@ typedef void (*el_vec_dot_tile_fn)(size_t n, const void *w, size_t w_stride, con
 #define EL_MV_ROWS 4
 typedef void (*el_vec_dot_rows_fn)(size_t n, const void *w, size_t w_stride, const void *a, float *out);
 
-/* Activation panels for batches (x86-64 builds): pack_panel copies the quantized Q8_0 activation rows
- * of a batch (n_vec rows at a + v * a_stride, cols values each) into groups of EL_NV_MAX rows, in the
- * layout its ISA's vec_dot_panel loads (registers ready to load, the scales as floats), once per batch,
- * sparing every tile call the gathering. Layouts: EL_PANEL_AVX2 (arch/avx2.c, EL_PANEL_PAIR_BYTES per
- * group and block pair) and EL_PANEL_AVX512 (arch/avx512_panel.c, EL_PANEL512_PAIR_BYTES). A batch's
- * activation buffer reserves el_panel_bytes(cols, n_vec) for it after the rows, whatever ISA is active
- * (0 in builds with no panel kernels; room for the largest layout): EL_PANEL_HEADER bytes naming the
- * layout the quantizing table packed (0: none), then the groups, el_panel_group_bytes(cols) apart. A
- * matmul uses the panel only if its own table's layout was packed, so an el_isa_set between quantizing
- * and multiplying cannot hand a kernel an unpacked panel or another ISA's. vec_dot_panel: count tiles
- * over one group (its first nv rows), each EL_TILE_ROWS = 2 weight rows q rows apart: rows k and
- * k + q (at w + row * w_row) for k < count, into y[j * ldy + row] (the matmul's layout, so no copy per
- * tile); same contract: every output has the bits of vec_dot. */
+/* Activation panels for batches (x86-64 builds): pack_panel copies the quantized activation rows of a
+ * batch (Q8_0 or Q8_K; n_vec rows at a + v * a_stride, cols values each) into groups of EL_NV_MAX rows,
+ * in the layout its ISA's vec_dot_panel loads (registers ready to load, the scales as floats), once per
+ * batch, sparing every tile call the gathering. Layouts: EL_PANEL_AVX2 (arch/avx2.c, Q8_0 only,
+ * EL_PANEL_PAIR_BYTES per group and block pair) and EL_PANEL_AVX512 (arch/avx512_panel.c: Q8_0 with
+ * EL_PANEL512_PAIR_BYTES per group and block pair, Q8_K with EL_PANEL512K_SB_BYTES per group and
+ * superblock). A batch's activation buffer reserves el_panel_bytes(act_type, cols, n_vec) for it after
+ * the rows, whatever ISA is active (0 in builds with no panel kernels; room for the largest layout of
+ * the activation type): EL_PANEL_HEADER bytes naming the layout the quantizing table packed (0:
+ * none), then the groups, el_panel_group_bytes(act_type, cols) apart. A matmul uses the panel only if
+ * its own table's layout was packed, so an el_isa_set between quantizing and multiplying cannot hand
+ * a kernel an unpacked panel or another ISA's. vec_dot_panel: count tiles over one group (its first
+ * nv rows), each EL_TILE_ROWS = 2 weight rows q rows apart: rows k and k + q (at w + row * w_row) for
+ * k < count, into y[j * ldy + row] (the matmul's layout, so no copy per tile); same contract: every
+ * output has the bits of vec_dot. */
 #define EL_PANEL_AVX2 1u
 #define EL_PANEL_AVX512 2u
 #define EL_PANEL_PAIR_BYTES (64 + EL_NV_MAX * 64)
 #define EL_PANEL512_ACT_BYTES 256
 #define EL_PANEL512_PAIR_BYTES (EL_NV_MAX * EL_PANEL512_ACT_BYTES)
+#define EL_PANEL512K_ACT_BYTES 640
+#define EL_PANEL512K_SB_BYTES (EL_NV_MAX * EL_PANEL512K_ACT_BYTES)
 #define EL_PANEL_HEADER 64
-size_t el_panel_group_bytes(size_t cols);         /* saturating (checked.h): SIZE_MAX if it does not fit */
-size_t el_panel_bytes(size_t cols, size_t n_vec); /* saturating, as above */
+/* both saturating (checked.h): SIZE_MAX if it does not fit; 0 for an activation type with no panel */
+size_t el_panel_group_bytes(int act_type, size_t cols);
+size_t el_panel_bytes(int act_type, size_t cols, size_t n_vec);
 typedef void (*el_pack_panel_fn)(const void *a, size_t a_stride, size_t cols, size_t n_vec, void *panel);
 typedef void (*el_vec_dot_panel_fn)(size_t n, const void *w, size_t w_row, size_t q, size_t count,
                                     const void *group, size_t nv, float *y, size_t ldy);

@@ -7,10 +7,8 @@
 #include "checked.h"
 #include "matmul.h"
 
-/* A batch's Q8_0 activations have room for a panel after the rows, on a cache line (dispatch.h) */
-static size_t panel_room(int act_type, size_t cols, size_t n_vec) {
-    return act_type == EL_TYPE_Q8_0 ? el_panel_bytes(cols, n_vec) : 0;
-}
+/* A batch's Q8_0 and Q8_K activations have room for a panel after the rows, on a cache line (dispatch.h) */
+static size_t panel_room(int act_type, size_t cols, size_t n_vec) { return el_panel_bytes(act_type, cols, n_vec); }
 static size_t panel_offset(size_t row_bytes, size_t n_vec) { return el_size_round64(el_size_mul(row_bytes, n_vec)); }
 
 size_t el_act_bytes(int wtype, size_t cols, size_t n_vec) {
@@ -91,7 +89,7 @@ void el_quantize_act(el_pool *pool, int wtype, const float *x, size_t cols, size
         memcpy(head, &packed, sizeof packed);
         if (pack) {
             pack_task p = {pack, act, t.act_row, cols, n_vec, (n_vec + EL_NV_MAX - 1) / EL_NV_MAX,
-                           head + EL_PANEL_HEADER, el_panel_group_bytes(cols)};
+                           head + EL_PANEL_HEADER, el_panel_group_bytes(tw->vec_dot_type, cols)};
             if (!pool || cols * n_vec < 16384) pack_item(&p, 0, 1);
             else el_pool_for(pool, p.groups < PACK_ITEMS ? p.groups : PACK_ITEMS, pack_item, &p);
         }
@@ -201,7 +199,7 @@ void el_matmul_act(el_pool *pool, int wtype, const void *w, size_t rows, size_t 
     }
     mm_task t = {k->vec_dot[wtype], k->vec_dot_nv[wtype], k->vec_dot_tile[wtype], k->vec_dot_rows[wtype],
                  panel ? k->vec_dot_panel[wtype] : NULL, panel,
-                 panel ? el_panel_group_bytes(cols) : 0, w, el_row_bytes(wtype, cols), a_row,
+                 panel ? el_panel_group_bytes(el_get_type_traits(wtype)->vec_dot_type, cols) : 0, w, el_row_bytes(wtype, cols), a_row,
                  rows, cols, n_vec, ldy, 0, 0, 1, act, y};
     if (n_vec == 1) {
         t.rows_per_item = stream_rows_per_item(rows, nth, EL_MV_ROWS);

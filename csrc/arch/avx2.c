@@ -529,7 +529,7 @@ EL_AVX2 static void gelu_lut_avx2(float *x, size_t n, const el_half *table) {
  * about 20% fewer cycles). The integer block sums and the float steps per output are pair_finish's,
  * so every output keeps the bits of vec_dot. */
 EL_AVX2 static void pack_panel_q8_0_avx2(const void *a, size_t as, size_t cols, size_t n_vec, void *panel) {
-    const size_t nb = cols / 32, np = (nb + 1) / 2, group_bytes = el_panel_group_bytes(cols);
+    const size_t nb = cols / 32, np = (nb + 1) / 2, group_bytes = el_panel_group_bytes(EL_TYPE_Q8_0, cols);
     for (size_t g = 0; g * EL_NV_MAX < n_vec; g++) {
         const size_t nv = n_vec - g * EL_NV_MAX < EL_NV_MAX ? n_vec - g * EL_NV_MAX : EL_NV_MAX;
         for (size_t p = 0; p < np; p++) {

@@ -1,6 +1,6 @@
 /* arch/avx512_panel.c - AVX-512 VNNI batches over packed activations (dispatch.h, "Activation panels"):
- * Q8_0 and Q5_0 weights against a group of up to EL_NV_MAX Q8_0 activation rows, two weight rows per
- * tile. Per output and block pair the tile runs four zmm operations (vpdpbusd, the scale product,
+ * Q8_0 and Q5_0 weights against a group of up to EL_NV_MAX Q8_0 activation rows, Q4_K and Q6_K
+ * weights against Q8_K rows, two weight rows per tile. Per output and block pair the tile runs four zmm operations (vpdpbusd, the scale product,
  * the conversion, the FMA), the ones avx512.c's vec_dot runs, on the same int32 lanes in the same
  * order; everything that depends on one activation row alone was done once by the packer. */
 #include "../dispatch.h"
@@ -24,7 +24,7 @@ _Static_assert(EL_PANEL512_ACT_BYTES == 256, "four zmm per activation row and bl
 
 EL_AVX512 static void pack_panel_q8_0_avx512(const void *a, size_t as, size_t cols, size_t n_vec, void *panel) {
     static const uint8_t zero_a[34];
-    const size_t nb = cols / 32, np = (nb + 1) / 2, group_bytes = el_panel_group_bytes(cols);
+    const size_t nb = cols / 32, np = (nb + 1) / 2, group_bytes = el_panel_group_bytes(EL_TYPE_Q8_0, cols);
     const __m512i didx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     for (size_t g = 0; g * EL_NV_MAX < n_vec; g++) {
         const size_t nv = n_vec - g * EL_NV_MAX < EL_NV_MAX ? n_vec - g * EL_NV_MAX : EL_NV_MAX;
@@ -99,10 +99,80 @@ _Static_assert(EL_TILE_ROWS == 2, "panel tiles: two rows");
 EL_PANEL512_TILE(q8_0, 34)
 EL_PANEL512_TILE(q5_0, 22)
 
+/* ---- K-quants (Q4_K, Q6_K) x Q8_K ----
+ * Per group (EL_NV_MAX activation rows) and superblock, EL_PANEL512K_ACT_BYTES per row j: el_q8k_act
+ * (avx512_common.h) as avx512.c's vec_dot builds it for every weight row:
+ *   [0, 256)    the values reordered (a[0..3])
+ *   [256, 288)  dy (bsums[2s] + bsums[2s + 1]) as 8 floats (bs)
+ *   [288, 320)  bsums as they are (16 int16)
+ *   [320, 576)  the values in their own order (nat)
+ *   [576, 580)  dy; the rest zero. Rows past the batch are zeros. */
+#define ACTK_BS 256
+#define ACTK_BSUMS 288
+#define ACTK_NAT 320
+#define ACTK_DY 576
+_Static_assert(EL_PANEL512K_ACT_BYTES >= ACTK_DY + 4 && EL_PANEL512K_ACT_BYTES % 64 == 0, "Q8_K panel row");
+
+EL_AVX512 static void pack_panel_q8_K_avx512(const void *a, size_t as, size_t cols, size_t n_vec, void *panel) {
+    const size_t nsb = cols / QK_K, group_bytes = el_panel_group_bytes(EL_TYPE_Q8_K, cols);
+    for (size_t g = 0; g * EL_NV_MAX < n_vec; g++) {
+        const size_t nv = n_vec - g * EL_NV_MAX < EL_NV_MAX ? n_vec - g * EL_NV_MAX : EL_NV_MAX;
+        for (size_t i = 0; i < nsb; i++)
+            for (size_t j = 0; j < EL_NV_MAX; j++) {
+                uint8_t *o = (uint8_t *)panel + g * group_bytes + i * EL_PANEL512K_SB_BYTES + j * EL_PANEL512K_ACT_BYTES;
+                memset(o, 0, EL_PANEL512K_ACT_BYTES);
+                if (j >= nv) continue;
+                el_q8k_act y;
+                el_q8k_act_prep((const uint8_t *)a + (g * EL_NV_MAX + j) * as + i * Q8K_BYTES, &y);
+                for (int c = 0; c < 4; c++) _mm512_storeu_si512((void *)(o + 64 * c), y.a[c]);
+                _mm256_storeu_ps((float *)(o + ACTK_BS), _mm512_castps512_ps256(y.bs));
+                _mm256_storeu_si256((__m256i *)(o + ACTK_BSUMS), y.bsums);
+                memcpy(o + ACTK_NAT, y.nat, QK_K);
+                memcpy(o + ACTK_DY, &y.d, sizeof y.d);
+            }
+    }
+}
+
+/* Two rows (at w and w + ws) x NV rows of the group at g: out[r * NV + j], the type's step per output
+ * and superblock as avx512.c's vec_dot, the same reduction at the end */
+#define EL_KQ_PANEL512(NAME, T, BLOCK)                                                             \
+    EL_AVX512 EL_FORCE_INLINE void NAME##_ptile(size_t n, const uint8_t *w, size_t ws, const uint8_t *g, \
+                                                const int NV, float *out) {                        \
+        __m512 acc[EL_TILE_ROWS][EL_NV_MAX];                                                       \
+        EL_UNROLL for (int r = 0; r < EL_TILE_ROWS; r++)                                           \
+            EL_UNROLL for (int j = 0; j < NV; j++) acc[r][j] = _mm512_setzero_ps();                \
+        for (size_t i = 0; i < n / QK_K; i++) {                                                    \
+            T##_w x4[EL_TILE_ROWS];                                                                \
+            EL_UNROLL for (int r = 0; r < EL_TILE_ROWS; r++) {                                     \
+                const uint8_t *x = w + r * ws + i * sizeof(BLOCK);                                 \
+                T##_w_prep(x, &x4[r]);                                                             \
+            }                                                                                      \
+            EL_UNROLL for (int j = 0; j < NV; j++) {                                               \
+                const uint8_t *o = g + i * EL_PANEL512K_SB_BYTES + j * EL_PANEL512K_ACT_BYTES;     \
+                el_q8k_act y;                                                                      \
+                for (int c = 0; c < 4; c++) y.a[c] = loadu512(o + 64 * c);                         \
+                y.bs = _mm512_zextps256_ps512(_mm256_loadu_ps((const float *)(o + ACTK_BS)));      \
+                y.bsums = loadu256(o + ACTK_BSUMS);                                                \
+                y.nat = o + ACTK_NAT;                                                              \
+                const __m512 yd = _mm512_set1_ps(load_f32(o + ACTK_DY));                           \
+                EL_UNROLL for (int r = 0; r < EL_TILE_ROWS; r++) acc[r][j] = T##_step(acc[r][j], &x4[r], &y, yd); \
+            }                                                                                      \
+        }                                                                                          \
+        EL_UNROLL for (int r = 0; r < EL_TILE_ROWS; r++)                                           \
+            EL_UNROLL for (int j = 0; j < NV; j++) out[r * NV + j] = _mm512_reduce_add_ps(acc[r][j]); \
+    }                                                                                              \
+    EL_PANEL_FROM_TILE(EL_AVX512, NAME, NAME##_ptile)
+
+EL_KQ_PANEL512(q4_K_panel512, el_q4k, block_q4_K)
+EL_KQ_PANEL512(q6_K_panel512, el_q6k, block_q6_K)
+
 void el_kernels_fill_avx512_panel(el_kernels *k) {
     k->pack_panel[EL_TYPE_Q8_0] = pack_panel_q8_0_avx512;
     k->vec_dot_panel[EL_TYPE_Q8_0] = q8_0_panel512;
     k->vec_dot_panel[EL_TYPE_Q5_0] = q5_0_panel512;
+    k->pack_panel[EL_TYPE_Q8_K] = pack_panel_q8_K_avx512;
+    k->vec_dot_panel[EL_TYPE_Q4_K] = q4_K_panel512;
+    k->vec_dot_panel[EL_TYPE_Q6_K] = q6_K_panel512;
     k->panel_layout = EL_PANEL_AVX512;
 }
 #endif

@@ -700,7 +700,7 @@ static void test_vec_dot_nv(rng_t *r) {
                     if (K->vec_dot_panel[wt]) {
                         /* the same tile over the activations packed as a panel (one group of nv rows) */
                         for (size_t nv = 1; nv <= EL_NV_MAX; nv++) {
-                            const size_t pb = el_panel_group_bytes(n);
+                            const size_t pb = el_panel_group_bytes(at, n);
                             uint8_t *panel = aligned_alloc(64, (pb + 63) / 64 * 64);
                             check(panel != NULL, "panel of %zu rows: %zu bytes", nv, pb);
                             K->pack_panel[at](a, stride, n, nv, panel);
