@@ -232,11 +232,13 @@ size_t el_panel_group_bytes(int act_type, size_t cols) {
     return 0;
 }
 
+size_t el_panel_group_rows(int act_type) { return act_type == EL_TYPE_Q8_K ? EL_PANEL_K_ROWS : EL_NV_MAX; }
+
 size_t el_panel_bytes(int act_type, size_t cols, size_t n_vec) {
 #if defined(__x86_64__)
-    const size_t group = el_panel_group_bytes(act_type, cols);
+    const size_t group = el_panel_group_bytes(act_type, cols), rows = el_panel_group_rows(act_type);
     if (n_vec < 2 || group == 0) return 0;
-    const size_t groups = n_vec / EL_NV_MAX + (n_vec % EL_NV_MAX != 0);
+    const size_t groups = n_vec / rows + (n_vec % rows != 0);
     return el_size_add(EL_PANEL_HEADER, el_size_mul(groups, group));
 #else
     (void)act_type, (void)cols, (void)n_vec;

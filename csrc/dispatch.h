@@ -27,7 +27,9 @@ typedef void (*el_vec_dot_tile_fn)(size_t n, const void *w, size_t w_stride, con
 typedef void (*el_vec_dot_rows_fn)(size_t n, const void *w, size_t w_stride, const void *a, float *out);
 
 /* Activation panels for batches (x86-64 builds): pack_panel copies the quantized activation rows of a
- * batch (Q8_0 or Q8_K; n_vec rows at a + v * a_stride, cols values each) into groups of EL_NV_MAX rows,
+ * batch (Q8_0 or Q8_K; n_vec rows at a + v * a_stride, cols values each) into groups of
+ * el_panel_group_rows rows (Q8_0: EL_NV_MAX; Q8_K: EL_PANEL_K_ROWS, so a K-quant tile unpacks its
+ * weights once for twice the activations),
  * in the layout its ISA's vec_dot_panel loads (registers ready to load, the scales as floats), once per
  * batch, sparing every tile call the gathering. Layouts: EL_PANEL_AVX2 (arch/avx2.c, Q8_0 only,
  * EL_PANEL_PAIR_BYTES per group and block pair) and EL_PANEL_AVX512 (arch/avx512_panel.c: Q8_0 with
@@ -39,19 +41,22 @@ typedef void (*el_vec_dot_rows_fn)(size_t n, const void *w, size_t w_stride, con
  * its own table's layout was packed, so an el_isa_set between quantizing and multiplying cannot hand
  * a kernel an unpacked panel or another ISA's. vec_dot_panel: count tiles over one group (its first
  * nv rows), each EL_TILE_ROWS = 2 weight rows q rows apart: rows k and k + q (at w + row * w_row) for
- * k < count, into y[j * ldy + row] (the matmul's layout, so no copy per tile); same contract: every
- * output has the bits of vec_dot. */
+ * k < count, into y[j * ldy + row] (the matmul's layout, so no copy per tile), 1 <= nv <= the group's
+ * rows; same contract: every output has the bits of vec_dot. */
 #define EL_PANEL_AVX2 1u
 #define EL_PANEL_AVX512 2u
 #define EL_PANEL_PAIR_BYTES (64 + EL_NV_MAX * 64)
 #define EL_PANEL512_ACT_BYTES 256
 #define EL_PANEL512_PAIR_BYTES (EL_NV_MAX * EL_PANEL512_ACT_BYTES)
+#define EL_PANEL_K_ROWS 8
+#define EL_PANEL_ROWS_MAX 8 /* the most rows of any layout's group */
 #define EL_PANEL512K_ACT_BYTES 640
-#define EL_PANEL512K_SB_BYTES (EL_NV_MAX * EL_PANEL512K_ACT_BYTES)
+#define EL_PANEL512K_SB_BYTES (EL_PANEL_K_ROWS * EL_PANEL512K_ACT_BYTES)
 #define EL_PANEL_HEADER 64
 /* both saturating (checked.h): SIZE_MAX if it does not fit; 0 for an activation type with no panel */
 size_t el_panel_group_bytes(int act_type, size_t cols);
 size_t el_panel_bytes(int act_type, size_t cols, size_t n_vec);
+size_t el_panel_group_rows(int act_type); /* activation rows per group */
 typedef void (*el_pack_panel_fn)(const void *a, size_t a_stride, size_t cols, size_t n_vec, void *panel);
 typedef void (*el_vec_dot_panel_fn)(size_t n, const void *w, size_t w_row, size_t q, size_t count,
                                     const void *group, size_t nv, float *y, size_t ldy);

@@ -50,7 +50,7 @@ static void quant_item(void *p, size_t item, size_t n_items) {
 typedef struct {
     el_pack_panel_fn pack;
     const char *act;
-    size_t act_row, cols, n_vec, groups;
+    size_t act_row, cols, n_vec, groups, group_rows;
     char *panel;
     size_t group_bytes;
 } pack_task;
@@ -61,7 +61,7 @@ static void pack_item(void *p, size_t item, size_t n_items) {
     const pack_task *t = p;
     const size_t g0 = t->groups * item / n_items, g1 = t->groups * (item + 1) / n_items;
     if (g0 == g1) return;
-    const size_t v0 = g0 * EL_NV_MAX, v1 = g1 * EL_NV_MAX < t->n_vec ? g1 * EL_NV_MAX : t->n_vec;
+    const size_t v0 = g0 * t->group_rows, v1 = g1 * t->group_rows < t->n_vec ? g1 * t->group_rows : t->n_vec;
     t->pack(t->act + v0 * t->act_row, t->act_row, t->cols, v1 - v0, t->panel + g0 * t->group_bytes);
 }
 
@@ -88,7 +88,8 @@ void el_quantize_act(el_pool *pool, int wtype, const float *x, size_t cols, size
         const uint32_t packed = pack != NULL ? el_kern()->panel_layout : 0;
         memcpy(head, &packed, sizeof packed);
         if (pack) {
-            pack_task p = {pack, act, t.act_row, cols, n_vec, (n_vec + EL_NV_MAX - 1) / EL_NV_MAX,
+            const size_t gr = el_panel_group_rows(tw->vec_dot_type);
+            pack_task p = {pack, act, t.act_row, cols, n_vec, (n_vec + gr - 1) / gr, gr,
                            head + EL_PANEL_HEADER, el_panel_group_bytes(tw->vec_dot_type, cols)};
             if (!pool || cols * n_vec < 16384) pack_item(&p, 0, 1);
             else el_pool_for(pool, p.groups < PACK_ITEMS ? p.groups : PACK_ITEMS, pack_item, &p);
@@ -103,7 +104,7 @@ typedef struct {
     el_vec_dot_rows_fn dot_rows; /* matvec; NULL: rows one at a time */
     el_vec_dot_panel_fn dot_panel; /* batches, over the activations' panel; NULL: dot_tile */
     const char *panel;
-    size_t group_bytes;
+    size_t group_bytes, group_rows; /* the panel's groups; without one, EL_NV_MAX rows at a time */
     const char *w;
     size_t w_row, a_row, rows, cols, n_vec, ldy;
     size_t rows_per_item, vecs_per_item, n_vb;
@@ -111,12 +112,13 @@ typedef struct {
     float *y;
 } mm_task;
 
-/* Batches: a block of weight rows stays in L1 while groups of EL_NV_MAX activation rows pass over
- * it (EL_TILE_ROWS rows at a time where the ISA has a tile kernel); an item is (row block, vector block).
+/* Batches: a block of weight rows stays in L1 while groups of EL_NV_MAX activation rows (a panel's
+ * group: el_panel_group_rows) pass over it (EL_TILE_ROWS rows at a time where the ISA has a tile kernel); an item is (row block, vector block).
  * Matvec: an item is a run of rows, EL_MV_ROWS at a time where the ISA has vec_dot_rows. Either way
  * every output has the bits of one vec_dot, so any split gives the same result. */
 #define MM_ROW_BLOCK 16
 #define MM_VEC_BLOCK 64
+_Static_assert(MM_VEC_BLOCK % EL_PANEL_ROWS_MAX == 0 && EL_PANEL_ROWS_MAX % EL_NV_MAX == 0, "whole groups per item");
 
 static void mm_item(void *p, size_t item, size_t n_items) {
     (void)n_items;
@@ -141,8 +143,8 @@ static void mm_item(void *p, size_t item, size_t n_items) {
         return;
     }
     const size_t v0 = vb * t->vecs_per_item, v1 = v0 + t->vecs_per_item < t->n_vec ? v0 + t->vecs_per_item : t->n_vec;
-    for (size_t v = v0; v < v1; v += EL_NV_MAX) {
-        const size_t nv = v1 - v < EL_NV_MAX ? v1 - v : EL_NV_MAX;
+    for (size_t v = v0; v < v1; v += t->group_rows) {
+        const size_t nv = v1 - v < t->group_rows ? v1 - v : t->group_rows;
         const char *a = t->act + v * t->a_row;
         float *yv = t->y + v * t->ldy;
         size_t r = r0;
@@ -151,7 +153,7 @@ static void mm_item(void *p, size_t item, size_t n_items) {
              * rows in one call hop within a few KB and stall the prefetchers when weights stream) */
             const size_t q = (r1 - r0) / EL_TILE_ROWS;
             if (t->dot_panel) { /* all q tiles in one call, straight into y */
-                t->dot_panel(t->cols, t->w + r0 * t->w_row, t->w_row, q, q, t->panel + v / EL_NV_MAX * t->group_bytes,
+                t->dot_panel(t->cols, t->w + r0 * t->w_row, t->w_row, q, q, t->panel + v / t->group_rows * t->group_bytes,
                              nv, yv + r0, t->ldy);
             } else {
                 for (size_t k = 0; k < q; k++) {
@@ -165,12 +167,15 @@ static void mm_item(void *p, size_t item, size_t n_items) {
         }
         for (; r < r1; r++) {
             const char *wr = t->w + r * t->w_row;
-            if (t->dot_nv && nv > 1) {
-                float out[EL_NV_MAX];
-                t->dot_nv(t->cols, wr, a, t->a_row, nv, out);
-                for (size_t j = 0; j < nv; j++) yv[j * t->ldy + r] = out[j];
-            } else {
-                for (size_t j = 0; j < nv; j++) yv[j * t->ldy + r] = t->dot(t->cols, wr, a + j * t->a_row);
+            for (size_t j0 = 0; j0 < nv; j0 += EL_NV_MAX) { /* a panel's group may hold more rows */
+                const size_t n = nv - j0 < EL_NV_MAX ? nv - j0 : EL_NV_MAX;
+                if (t->dot_nv && n > 1) {
+                    float out[EL_NV_MAX];
+                    t->dot_nv(t->cols, wr, a + j0 * t->a_row, t->a_row, n, out);
+                    for (size_t j = 0; j < n; j++) yv[(j0 + j) * t->ldy + r] = out[j];
+                } else {
+                    for (size_t j = j0; j < j0 + n; j++) yv[j * t->ldy + r] = t->dot(t->cols, wr, a + j * t->a_row);
+                }
             }
         }
     }
@@ -190,8 +195,9 @@ void el_matmul_act(el_pool *pool, int wtype, const void *w, size_t rows, size_t 
     const el_kernels *k = el_kern();
     const int nth = pool ? el_pool_threads(pool) : 1;
     const size_t a_row = el_act_bytes(wtype, cols, 1);
+    const int act_type = el_get_type_traits(wtype)->vec_dot_type;
     const char *panel = NULL; /* the panel, if el_quantize_act packed this table's layout (its header says) */
-    if (k->vec_dot_panel[wtype] && panel_room(el_get_type_traits(wtype)->vec_dot_type, cols, n_vec)) {
+    if (k->vec_dot_panel[wtype] && panel_room(act_type, cols, n_vec)) {
         const char *head = (const char *)act + panel_offset(a_row, n_vec);
         uint32_t packed;
         memcpy(&packed, head, sizeof packed);
@@ -199,7 +205,8 @@ void el_matmul_act(el_pool *pool, int wtype, const void *w, size_t rows, size_t 
     }
     mm_task t = {k->vec_dot[wtype], k->vec_dot_nv[wtype], k->vec_dot_tile[wtype], k->vec_dot_rows[wtype],
                  panel ? k->vec_dot_panel[wtype] : NULL, panel,
-                 panel ? el_panel_group_bytes(el_get_type_traits(wtype)->vec_dot_type, cols) : 0, w, el_row_bytes(wtype, cols), a_row,
+                 panel ? el_panel_group_bytes(act_type, cols) : 0, panel ? el_panel_group_rows(act_type) : EL_NV_MAX,
+                 w, el_row_bytes(wtype, cols), a_row,
                  rows, cols, n_vec, ldy, 0, 0, 1, act, y};
     if (n_vec == 1) {
         t.rows_per_item = stream_rows_per_item(rows, nth, EL_MV_ROWS);

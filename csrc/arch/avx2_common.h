@@ -66,7 +66,7 @@
     ATTR EL_FORCE_INLINE void NAME##_nv(size_t n, const uint8_t *w, size_t w_row, size_t q, size_t count, \
                                         const uint8_t *g, const int NV, float *y, size_t ldy) {    \
         for (size_t k = 0; k < count; k++) {                                                       \
-            float out[EL_TILE_ROWS * EL_NV_MAX];                                                   \
+            float out[EL_TILE_ROWS * EL_PANEL_ROWS_MAX];                                           \
             PTILE(n, w + k * w_row, q * w_row, g, NV, out);                                        \
             EL_UNROLL for (int j = 0; j < NV; j++) {                                               \
                 y[j * ldy + k] = out[j];                                                           \
@@ -81,6 +81,20 @@
         case 2: NAME##_nv(n, w, w_row, q, count, g, 2, y, ldy); break;                             \
         case 3: NAME##_nv(n, w, w_row, q, count, g, 3, y, ldy); break;                             \
         default: NAME##_nv(n, w, w_row, q, count, g, 4, y, ldy); break;                            \
+        }                                                                                          \
+    }
+
+/* the same for groups of up to 8 rows (EL_PANEL_K_ROWS) */
+#define EL_PANEL8_FROM_TILE(ATTR, NAME, PTILE)                                                     \
+    EL_PANEL_FROM_TILE(ATTR, NAME##_4, PTILE)                                                      \
+    ATTR static void NAME(size_t n, const void *w, size_t w_row, size_t q, size_t count, const void *g, size_t nv, \
+                          float *y, size_t ldy) {                                                  \
+        switch (nv) {                                                                              \
+        case 5: NAME##_4_nv(n, w, w_row, q, count, g, 5, y, ldy); break;                           \
+        case 6: NAME##_4_nv(n, w, w_row, q, count, g, 6, y, ldy); break;                           \
+        case 7: NAME##_4_nv(n, w, w_row, q, count, g, 7, y, ldy); break;                           \
+        case 8: NAME##_4_nv(n, w, w_row, q, count, g, 8, y, ldy); break;                           \
+        default: NAME##_4(n, w, w_row, q, count, g, nv, y, ldy); break;                            \
         }                                                                                          \
     }
 

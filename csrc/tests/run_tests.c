@@ -661,13 +661,14 @@ static void test_vec_dot_nv(rng_t *r) {
             for (size_t si = 0; si < 2 * nn; si++) {
                 const int ext = si >= nn;
                 const size_t n = ns[si % nn], wb = el_row_bytes(wt, n), ab = el_row_bytes(at, n), stride = ab + 3;
-                uint8_t *wbuf = xmalloc(wb + 1), *abuf = xmalloc(stride * EL_NV_MAX + 1);
+                /* EL_PANEL_ROWS_MAX activation rows: a panel's group may hold more than EL_NV_MAX */
+                uint8_t *wbuf = xmalloc(wb + 1), *abuf = xmalloc(stride * EL_PANEL_ROWS_MAX + 1);
                 uint8_t *w = wbuf + 1, *a = abuf + 1;
                 fill_row(r, wt, w, n);
-                for (size_t j = 0; j < EL_NV_MAX; j++) fill_row(r, at, a + j * stride, n);
+                for (size_t j = 0; j < EL_PANEL_ROWS_MAX; j++) fill_row(r, at, a + j * stride, n);
                 if (ext) {
                     make_extreme(wt, w, n);
-                    for (size_t j = 0; j < EL_NV_MAX; j++) make_extreme(at, a + j * stride, n);
+                    for (size_t j = 0; j < EL_PANEL_ROWS_MAX; j++) make_extreme(at, a + j * stride, n);
                 }
                 for (size_t nv = 1; nv <= EL_NV_MAX && K->vec_dot_nv[wt]; nv++) {
                     float out[EL_NV_MAX];
@@ -699,13 +700,13 @@ static void test_vec_dot_nv(rng_t *r) {
                     }
                     if (K->vec_dot_panel[wt]) {
                         /* the same tile over the activations packed as a panel (one group of nv rows) */
-                        for (size_t nv = 1; nv <= EL_NV_MAX; nv++) {
+                        for (size_t nv = 1; nv <= el_panel_group_rows(at); nv++) {
                             const size_t pb = el_panel_group_bytes(at, n);
                             uint8_t *panel = aligned_alloc(64, (pb + 63) / 64 * 64);
                             check(panel != NULL, "panel of %zu rows: %zu bytes", nv, pb);
                             K->pack_panel[at](a, stride, n, nv, panel);
                             /* one tile (rows 0 and 1, q = 1) into y[j * 3 + row], a stride past the rows */
-                            float y[EL_NV_MAX * 3];
+                            float y[EL_PANEL_ROWS_MAX * 3];
                             K->vec_dot_panel[wt](n, tbuf, wb + 1, 1, 1, panel, nv, y, 3);
                             for (size_t i = 0; i < EL_TILE_ROWS; i++)
                                 for (size_t j = 0; j < nv; j++) {

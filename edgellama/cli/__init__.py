@@ -10,8 +10,14 @@ pulled); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
+
+# numpy's OpenBLAS starts a thread per core at import, and its threads spin after each call: on a
+# 2-core board that is a core taken from the engine's own pool (1-2% of a prompt's samples here).
+# The command does no BLAS work that threads would speed up; set before anything imports numpy.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from edgellama.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, Parser, expected_errors
 
