@@ -29,9 +29,8 @@ typedef void (*el_vec_dot_rows_fn)(size_t n, const void *w, size_t w_stride, con
 /* Activation panels for batches (x86-64 builds): pack_panel copies the quantized activation rows of a
  * batch (Q8_0 or Q8_K; n_vec rows at a + v * a_stride, cols values each) into groups of
  * el_panel_group_rows rows (Q8_0: EL_NV_MAX; Q8_K: EL_PANEL_K_ROWS, so a K-quant tile unpacks its
- * weights once for twice the activations),
- * in the layout its ISA's vec_dot_panel loads (registers ready to load, the scales as floats), once per
- * batch, sparing every tile call the gathering. Layouts: EL_PANEL_AVX2 (arch/avx2.c, Q8_0 only,
+ * weights once for twice the activations), in the layout its ISA's vec_dot_panel loads (registers
+ * ready to load, the scales as floats), once per batch, sparing every tile call the gathering. Layouts: EL_PANEL_AVX2 (arch/avx2.c, Q8_0 only,
  * EL_PANEL_PAIR_BYTES per group and block pair) and EL_PANEL_AVX512 (arch/avx512_panel.c: Q8_0 with
  * EL_PANEL512_PAIR_BYTES per group and block pair, Q8_K with EL_PANEL512K_SB_BYTES per group and
  * superblock). A batch's activation buffer reserves el_panel_bytes(act_type, cols, n_vec) for it after

@@ -1,8 +1,10 @@
 /* arch/avx512_panel.c - AVX-512 VNNI batches over packed activations (dispatch.h, "Activation panels"):
  * Q8_0 and Q5_0 weights against a group of up to EL_NV_MAX Q8_0 activation rows, Q4_K and Q6_K
- * weights against Q8_K rows, two weight rows per tile. Per output and block pair the tile runs four zmm operations (vpdpbusd, the scale product,
- * the conversion, the FMA), the ones avx512.c's vec_dot runs, on the same int32 lanes in the same
- * order; everything that depends on one activation row alone was done once by the packer. */
+ * weights against a group of up to EL_PANEL_K_ROWS Q8_K rows, two weight rows per tile. Per output
+ * and block pair the Q8_0 / Q5_0 tile runs four zmm operations (vpdpbusd, the scale product, the
+ * conversion, the FMA), the ones avx512.c's vec_dot runs, on the same int32 lanes in the same order;
+ * the K-quant tiles run avx512_common.h's step per superblock, as vec_dot does. Everything that
+ * depends on one activation row alone was done once by the packer. */
 #include "../dispatch.h"
 
 #if defined(__x86_64__)
@@ -100,8 +102,8 @@ EL_PANEL512_TILE(q8_0, 34)
 EL_PANEL512_TILE(q5_0, 22)
 
 /* ---- K-quants (Q4_K, Q6_K) x Q8_K ----
- * Per group (EL_PANEL_K_ROWS activation rows) and superblock, EL_PANEL512K_ACT_BYTES per row j: el_q8k_act
- * (avx512_common.h) as avx512.c's vec_dot builds it for every weight row:
+ * Per group (EL_PANEL_K_ROWS activation rows) and superblock, EL_PANEL512K_ACT_BYTES per row j:
+ * el_q8k_act (avx512_common.h) as avx512.c's vec_dot builds it for every weight row:
  *   [0, 256)    the values reordered (a[0..3])
  *   [256, 288)  dy (bsums[2s] + bsums[2s + 1]) as 8 floats (bs)
  *   [288, 320)  bsums as they are (16 int16)
@@ -134,19 +136,20 @@ EL_AVX512 static void pack_panel_q8_K_avx512(const void *a, size_t as, size_t co
 }
 
 /* Two rows (at w and w + ws) x NV rows of the group at g: out[r * NV + j], the type's step per output
- * and superblock as avx512.c's vec_dot, the same reduction at the end. The activation rows go NVP
- * at a time (Q4_K: all 8, its accumulators and unpacked rows fit the 32 registers; Q6_K: 4). */
-#define EL_KQ_PANEL512(NAME, T, BLOCK, NVP)                                                        \
-    EL_AVX512 EL_FORCE_INLINE void NAME##_pass(size_t n, const uint8_t *w, size_t ws, const uint8_t *g, const int J0, \
-                                               const int NJ, const int NV, float *out) {           \
-        __m512 acc[EL_TILE_ROWS][NVP];                                                             \
+ * and superblock as avx512.c's vec_dot, the same reduction at the end. Each row's unpacking serves all
+ * the group's activation rows (up to 8: 16 accumulators, some unpacked registers spill to L1; that
+ * measured faster than 4 at a time or one row at a time, for Q6_K too). */
+#define EL_KQ_PANEL512(NAME, T, BLOCK)                                                             \
+    EL_AVX512 EL_FORCE_INLINE void NAME##_ptile(size_t n, const uint8_t *w, size_t ws, const uint8_t *g, \
+                                                const int NV, float *out) {                        \
+        __m512 acc[EL_TILE_ROWS][EL_PANEL_K_ROWS];                                                 \
         EL_UNROLL for (int r = 0; r < EL_TILE_ROWS; r++)                                           \
-            EL_UNROLL for (int j = 0; j < NJ; j++) acc[r][j] = _mm512_setzero_ps();                \
+            EL_UNROLL for (int j = 0; j < NV; j++) acc[r][j] = _mm512_setzero_ps();                \
         for (size_t i = 0; i < n / QK_K; i++) {                                                    \
             T##_w x4[EL_TILE_ROWS];                                                                \
             EL_UNROLL for (int r = 0; r < EL_TILE_ROWS; r++) T##_w_prep(w + r * ws + i * sizeof(BLOCK), &x4[r]); \
-            EL_UNROLL for (int j = 0; j < NJ; j++) {                                               \
-                const uint8_t *o = g + i * EL_PANEL512K_SB_BYTES + (size_t)(J0 + j) * EL_PANEL512K_ACT_BYTES; \
+            EL_UNROLL for (int j = 0; j < NV; j++) {                                               \
+                const uint8_t *o = g + i * EL_PANEL512K_SB_BYTES + (size_t)j * EL_PANEL512K_ACT_BYTES; \
                 el_q8k_act y;                                                                      \
                 for (int c = 0; c < 4; c++) y.a[c] = loadu512(o + 64 * c);                         \
                 y.bs = _mm512_zextps256_ps512(_mm256_loadu_ps((const float *)(o + ACTK_BS)));      \
@@ -157,18 +160,13 @@ EL_AVX512 static void pack_panel_q8_K_avx512(const void *a, size_t as, size_t co
             }                                                                                      \
         }                                                                                          \
         EL_UNROLL for (int r = 0; r < EL_TILE_ROWS; r++)                                           \
-            EL_UNROLL for (int j = 0; j < NJ; j++) out[r * NV + J0 + j] = _mm512_reduce_add_ps(acc[r][j]); \
-    }                                                                                              \
-    EL_AVX512 EL_FORCE_INLINE void NAME##_ptile(size_t n, const uint8_t *w, size_t ws, const uint8_t *g, \
-                                                const int NV, float *out) {                        \
-        NAME##_pass(n, w, ws, g, 0, NV < NVP ? NV : NVP, NV, out);                                 \
-        if (NV > NVP) NAME##_pass(n, w, ws, g, NVP, NV - NVP, NV, out);                            \
+            EL_UNROLL for (int j = 0; j < NV; j++) out[r * NV + j] = _mm512_reduce_add_ps(acc[r][j]); \
     }                                                                                              \
     EL_PANEL8_FROM_TILE(EL_AVX512, NAME, NAME##_ptile)
 
 _Static_assert(EL_PANEL_K_ROWS == 8, "the K-quant panel tiles take up to 8 activation rows");
-EL_KQ_PANEL512(q4_K_panel512, el_q4k, block_q4_K, 8)
-EL_KQ_PANEL512(q6_K_panel512, el_q6k, block_q6_K, 4)
+EL_KQ_PANEL512(q4_K_panel512, el_q4k, block_q4_K)
+EL_KQ_PANEL512(q6_K_panel512, el_q6k, block_q6_K)
 
 void el_kernels_fill_avx512_panel(el_kernels *k) {
     k->pack_panel[EL_TYPE_Q8_0] = pack_panel_q8_0_avx512;
