@@ -68,8 +68,8 @@ NEON_KERNELS: dict[str, set[int]] = {
 }
 ISA_KERNELS: dict[str, dict[str, set[int]]] = {
     "avx2": AVX2_KERNELS,
-    # AVX-512 VNNI replaces the legacy types (with 2-row tiles) and Q4_K / Q6_K; the rest stay AVX2's
-    "avx512": {**AVX2_KERNELS, "vec_dot_tile": set(LEGACY)},
+    # AVX-512 VNNI replaces the legacy types and Q4_K / Q6_K, all with 2-row tiles; the rest stay AVX2's
+    "avx512": {**AVX2_KERNELS, "vec_dot_tile": LEGACY | {T.Q4_K, T.Q6_K}},
     "neon": NEON_KERNELS,
     "neon-dotprod": {**NEON_KERNELS, "vec_dot_tile": LEGACY | {T.Q4_K}},
 }
