@@ -61,10 +61,10 @@ EL_AVX512 static inline __m128 halves1(const uint8_t *p, const uint8_t *q) {
  * batch): a[j] holds values 64k + 16j .. 64k + 16j + 15 in 128-bit lane k (a 4x4 transpose of 128-bit
  * lanes); Q6_K takes them in their own order (nat). Each weight type unpacks its values into its
  * order, so vpdpbusd (u8 weights x s8 activations) gives int32 lanes that each sum 4 products of one
- * sub-block. Those fit in int16 (bounds below):
- * vpackssdw makes them int16 exactly and vpmaddwd / vpdpwssd apply the sub-block scales. Per output
- * and superblock then one conversion, the product d dy and an FMA. Every path (vec_dot, tile, rows,
- * panel) runs a type's step per output in this order, so all give vec_dot's bits. */
+ * sub-block. Those fit in int16 (bounds below): vpackssdw makes them int16 exactly and vpmaddwd /
+ * vpdpwssd apply the sub-block scales. Per output and superblock then one conversion, the product
+ * d dy and an FMA. Every path (vec_dot, tile, rows, panel) runs a type's step per output in this
+ * order, so all give vec_dot's bits. */
 typedef struct {
     __m512i a[4];  /* the values, reordered as above */
     __m512 bs;     /* dy (bsums[2s] + bsums[2s+1]) in lane s < 8, 0 above: Q4_K's mins term */
