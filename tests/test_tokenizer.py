@@ -367,8 +367,12 @@ def test_byte_level_map_round_trips_every_byte() -> None:
 
 
 def test_unknown_tokenizer_model_or_pre_tokenizer_is_an_error() -> None:
-    with pytest.raises(ValueError, match="tokenizer.ggml.model"):
-        tokenizer_from_metadata({"tokenizer.ggml.model": "bert", "tokenizer.ggml.tokens": ["a"]})
+    with pytest.raises(ValueError, match="tokenizer.ggml.model = 't5'"):
+        tokenizer_from_metadata({"tokenizer.ggml.model": "t5", "tokenizer.ggml.tokens": ["a"]})
+    # WordPiece turns unknown words into [UNK]: a vocabulary without one is refused naming the key
+    with pytest.raises(ValueError, match="tokenizer.ggml.unknown_token_id"):
+        tokenizer_from_metadata({"tokenizer.ggml.model": "bert", "tokenizer.ggml.tokens": ["a", "b"],
+                                 "tokenizer.ggml.add_bos_token": False})
     with pytest.raises(ValueError, match="no-such-pre"):
         tokenizer_from_metadata(bpe_metadata([], [], pre="no-such-pre"))
 

@@ -20,14 +20,13 @@ from edgellama.tokenizers.tokenizer import Tokenizer, UnsupportedTokenizer, toke
 
 # the files with .inp/.out cases, by the name in ggml-vocab-<name>.gguf
 WITH_CASES = [
-    "command-r", "deepseek-coder", "deepseek-llm", "falcon", "gpt-2", "llama-bpe", "llama-spm", "mpt",
-    "phi-3", "qwen2", "qwen35", "refact", "starcoder",
+    "bert-bge", "command-r", "deepseek-coder", "deepseek-llm", "falcon", "gpt-2", "llama-bpe", "llama-spm",
+    "mpt", "phi-3", "qwen2", "qwen35", "refact", "starcoder",
 ]  # fmt: skip
 # files llama.cpp ships without cases (its test-tokenizer-1 runs on them, commented out in its CMakeLists)
 WITHOUT_CASES = {"aquila": "bpe", "baichuan": "spm", "gpt-neox": "bpe"}
 # files whose tokenizer edgellama does not have: tokenizer.ggml.model, and why
 REFUSED = {
-    "bert-bge": ("bert", "BERT WordPiece, for embedding models: a later embeddings issue"),
     "nomic-bert-moe": ("t5", "SentencePiece Unigram (T5), for embedding models: a later embeddings issue"),
     "gemma-4": ("gemma4", "Gemma 4's BPE over SentencePiece pieces: not implemented"),
 }
@@ -138,3 +137,15 @@ def test_deepseek_llm_keeps_digit_runs_and_splits_trailing_space() -> None:
     # the end of the text: here off " × " between two letter words (× is in none of the classes)
     assert PreTokenizer("deepseek-llm").split("x ×  y") == ["x", " ×", " ", " y"]
     assert PreTokenizer("deepseek-llm").split("x ×  ") == ["x", " ×", "  "]
+
+
+def test_wordpiece_adds_cls_and_sep_and_keeps_unknown_words_whole(vocab_dir: Path) -> None:
+    tok = load(vocab_path(vocab_dir, "bert-bge"))
+    assert tok.vocab_type == "wpm"
+    ids = tok.encode("Hello, World!", add_special=True)
+    assert ids[0] == 101 and ids[-1] == 102  # [CLS] ... [SEP], as llama.cpp's add_bos and add_sep
+    assert ids[1:-1] == tok.encode("hello , world !", add_special=False)  # lowercased, punctuation split
+    assert tok.decode(ids[1:-1]).split() == ["hello", ",", "world", "!"]
+    # a character no piece covers makes its whole word one [UNK] (100), the words around it stay
+    unk = tok.encode("abc\u2603def xyz", add_special=False)
+    assert 100 in unk and unk[-1] == tok.encode("xyz", add_special=False)[-1]

@@ -136,6 +136,12 @@ FIM_SEP_ID = Key("tokenizer.ggml.fim_sep_token_id", Kind.INT)
 ADD_BOS = Key("tokenizer.ggml.add_bos_token", Kind.BOOL)
 ADD_EOS = Key("tokenizer.ggml.add_eos_token", Kind.BOOL)
 ADD_SPACE_PREFIX = Key("tokenizer.ggml.add_space_prefix", Kind.BOOL)
+# WordPiece (BERT): the separator ([SEP]) llama.cpp appends with add_special (its key's spelling), and
+# the BertNormalizer switches (llama.cpp: lowercase true; strip_accents as lowercase unless stored)
+SEP_ID = Key("tokenizer.ggml.seperator_token_id", Kind.INT)
+ADD_SEP = Key("tokenizer.ggml.add_sep_token", Kind.BOOL)
+NORMALIZER_LOWERCASE = Key("tokenizer.ggml.normalizer.lowercase", Kind.BOOL)
+NORMALIZER_STRIP_ACCENTS = Key("tokenizer.ggml.normalizer.strip_accents", Kind.BOOL)
 CHAT_TEMPLATE = Key("tokenizer.chat_template", Kind.STR)
 
 KEYS = tuple(v for v in list(globals().values()) if isinstance(v, Key))

@@ -1,8 +1,9 @@
 """Tokenizers built from GGUF `tokenizer.*` metadata, giving the token ids llama.cpp gives.
 
-Covers SentencePiece-style (`llama`) and GPT-2 byte-level BPE (`gpt2`) vocabularies: special-token
-splitting, encoding, detokenization and streaming detokenization; any other `tokenizer.ggml.model`, or
-a `tokenizer.ggml.pre` pretokenize.py does not have, is refused with UnsupportedTokenizer naming it.
+Covers SentencePiece-style (`llama`), GPT-2 byte-level BPE (`gpt2`) and WordPiece (`bert`, wpm.py)
+vocabularies: special-token splitting, encoding, detokenization and streaming detokenization; any other
+`tokenizer.ggml.model`, or a `tokenizer.ggml.pre` pretokenize.py does not have, is refused with
+UnsupportedTokenizer naming it.
 Reads no files itself (the GGUF reader hands over the metadata dict) and knows nothing of models or
 sampling.
 
@@ -14,6 +15,7 @@ llama.cpp's src/llama-vocab.cpp is the specification; the rules kept from it, by
 - SPM: spaces become U+2581, a space is prefixed to a fragment that starts the text or follows a
   special token when add_space_prefix (llama.cpp's default true; Gemma 3 files store false);
 - BPE: pre-tokenizer split (pretokenize.py), byte-level encoding, merges by rank;
+- WPM: BERT's normalizer and words, longest pieces first (wpm.py); [SEP] after the text with add_special;
 - BOS/EOS are added per add_bos_token/add_eos_token when add_special is true.
 """
 
@@ -30,6 +32,7 @@ from edgellama.gguf.metadata import Metadata, MetadataError, ModelError
 from edgellama.tokenizers.bpe import BPEMerger, byte_decode, parse_merges
 from edgellama.tokenizers.pretokenize import PRE_TOKENIZERS, PreTokenizer
 from edgellama.tokenizers.spm import spm_tokenize
+from edgellama.tokenizers.wpm import WORD_START, wpm_tokenize, wpm_words
 
 # llama_token_type values stored in GGUF, and llama_token_attr bits llama.cpp derives from them
 TYPE_UNDEFINED, TYPE_NORMAL, TYPE_UNKNOWN, TYPE_CONTROL, TYPE_USER_DEFINED, TYPE_UNUSED, TYPE_BYTE = range(7)
@@ -70,7 +73,6 @@ _BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
 # tokenizer.ggml.model values llama.cpp knows and edgellama does not, with what each one is
 UNSUPPORTED_MODELS = {
-    "bert": "BERT WordPiece",
     "t5": "T5 SentencePiece Unigram",
     "gemma4": "Gemma 4 BPE over SentencePiece pieces",
     "rwkv": "RWKV greedy matching",
@@ -378,6 +380,48 @@ class BPETokenizer(Tokenizer):
                 out.extend(word_ids(word))
 
 
+class WPMTokenizer(Tokenizer):
+    """`tokenizer.ggml.model = bert`: WordPiece (wpm.py). With add_special: [CLS] (the BOS id, 101 by
+    default) first and [SEP] (102) last, as llama.cpp's add_bos and add_sep for this vocabulary."""
+
+    vocab_type = "wpm"
+
+    def __init__(self, md: Metadata, n_rows: int | None = None) -> None:
+        super().__init__(md, default_bos=101, default_eos=None, default_add_bos=True, default_add_space_prefix=False,
+                         n_rows=n_rows)  # fmt: skip
+        if self.unk_id is None and 100 < self.n_vocab:
+            self.unk_id = 100
+        if self.unk_id is None:
+            raise MetadataError(f"a bert (WordPiece) vocabulary needs {K.UNK_ID.name}")
+        sep = md.optional(K.SEP_ID)
+        self.sep_id: int | None = int(sep) if sep is not None and 0 <= sep < self.n_vocab else (
+            102 if 102 < self.n_vocab else None)
+        self.add_sep: bool = md.get(K.ADD_SEP, True)
+        if self.add_sep and self.sep_id is None:
+            raise MetadataError(f"{K.ADD_SEP.name} is true, but {K.SEP_ID.name} is not set")
+        self.lowercase: bool = md.get(K.NORMALIZER_LOWERCASE, True)
+        self.strip_accents: bool = md.get(K.NORMALIZER_STRIP_ACCENTS, self.lowercase)
+        self.max_len = max(len(t) for t in self.tokens)
+
+    def _normal_bytes(self, text: str) -> bytes:
+        return text.replace(WORD_START, " ").encode("utf-8", "surrogatepass")
+
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        out = super().encode(text, add_special, parse_special)
+        if add_special and self.add_sep and self.sep_id is not None:
+            out.append(self.sep_id)
+        return out
+
+    def _encode_fragments(self, frags: list[str | int], out: list[int]) -> None:
+        assert self.unk_id is not None
+        for f in frags:
+            if isinstance(f, int):
+                out.append(f)
+            else:
+                out.extend(wpm_tokenize(wpm_words(f, self.lowercase, self.strip_accents), self.token_to_id,
+                                        self.max_len, self.unk_id))  # fmt: skip
+
+
 class StreamDecoder:
     """Detokenizes one token at a time; text comes out only as complete UTF-8 characters.
 
@@ -427,8 +471,10 @@ def tokenizer_from_metadata(md: Mapping[str, Any] | Metadata, n_rows: int | None
         return SPMTokenizer(meta, n_rows)
     if model == "gpt2":
         return BPETokenizer(meta, n_rows)
+    if model == "bert":
+        return WPMTokenizer(meta, n_rows)
     kind = f" ({UNSUPPORTED_MODELS[model]})" if model in UNSUPPORTED_MODELS else ""
     raise UnsupportedTokenizer(
         f"unsupported tokenizer model tokenizer.ggml.model = {model!r}{kind}; "
-        f"supported: llama (SentencePiece), gpt2 (byte-level BPE)"
+        f"supported: llama (SentencePiece), gpt2 (byte-level BPE), bert (WordPiece)"
     )
