@@ -21,15 +21,6 @@
 #include "quants.h"
 #include "ops.h"
 
-/* The hot loops get an x86 clone with FMA and AVX2 (picked at load time by an ifunc): fmaf becomes
- * one instruction and the integer lane sums vectorize. Same operations, same bits: -ffp-contract=off
- * and no reassociation keep every rounding where the C puts it. Elsewhere fmaf is native (aarch64)
- * or exact in software. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define HOT
-#endif
 
 /* ---- horizontal sums, in the order of ggml's (x86) helpers ---- */
 
@@ -102,7 +93,7 @@ static inline void lanes8_fma(float acc[8], float d, const int8_t q[32], const i
 
 /* Q5_0 / Q8_0 x Q8_0: vec_dot (decode) and tinyBLAS_Q0_AVX (prefill) do the same per output:
  * 8 lanes of 4-byte integer dots, one FMA per block with d = dx * dy, hsum_float_8 */
-HOT static float dot_q0(int wtype, const void *w, const block_q8_0 *a, size_t nb) {
+EL_HOT static float dot_q0(int wtype, const void *w, const block_q8_0 *a, size_t nb) {
     float acc[8] = {0};
     int8_t q[32];
     for (size_t ib = 0; ib < nb; ib++) {
@@ -126,7 +117,7 @@ HOT static float dot_q0(int wtype, const void *w, const block_q8_0 *a, size_t nb
 
 /* Q4_1 x Q8_1 (AVX2 vec_dot; no tinyBLAS or repack on x86, so prefill too): the Q0 lanes for
  * d0 d1 sum(q x), the min terms m x s summed apart by scalar FMAs, added last */
-HOT static float dot_q4_1(const void *w, const block_q8_1 *a, size_t nb) {
+EL_HOT static float dot_q4_1(const void *w, const block_q8_1 *a, size_t nb) {
     float acc[8] = {0}, summs = 0.0f;
     int8_t q[32];
     for (size_t ib = 0; ib < nb; ib++) {
@@ -176,7 +167,7 @@ static void unpack_k_row(int wtype, const void *w, size_t nb, kblock *out) {
  * 32-value sub-blocks. */
 typedef void (*isums_fn)(const int8_t *q, const int8_t *a, int len, int32_t *out);
 
-HOT static float dot_q4_K(const kblock *b, const block_q8_K *a, size_t nb, int gemm, isums_fn isums) {
+EL_HOT static float dot_q4_K(const kblock *b, const block_q8_K *a, size_t nb, int gemm, isums_fn isums) {
     float acc = 0.0f, accm = 0.0f;
     for (size_t i = 0; i < nb; i++) {
         const float d = b[i].d * a[i].d, dm = b[i].dmin * a[i].d;
@@ -202,7 +193,7 @@ HOT static float dot_q4_K(const kblock *b, const block_q8_K *a, size_t nb, int g
 
 /* Q6_K (AVX2 vec_dot): levels 0..63 in 8 lanes of 4 bytes per 32, the -32 offset taken off per lane
  * through bsums x scales (pairs 2l, 2l+1), one FMA per super-block */
-HOT static float dot_q6_K(const void *w, const block_q8_K *a, size_t nb) {
+EL_HOT static float dot_q6_K(const void *w, const block_q8_K *a, size_t nb) {
     float acc[8] = {0};
     int8_t q[QK_K];
     for (size_t i = 0; i < nb; i++) {
@@ -223,7 +214,7 @@ HOT static float dot_q6_K(const void *w, const block_q8_K *a, size_t nb) {
  * 256-value block an exact integer sum of scale x (dot - 32 bsum) over the 16-value sub-blocks,
  * times the weight's d, times the activation's d, added to the output block by block (the add and
  * the last multiply fused by the compiler) */
-HOT static float dot_q6_K_tiled(const kblock *b, const block_q8_K *a, size_t nb, isums_fn isums) {
+EL_HOT static float dot_q6_K_tiled(const kblock *b, const block_q8_K *a, size_t nb, isums_fn isums) {
     float out = 0.0f;
     for (size_t i = 0; i < nb; i++) {
         /* sum((q + 32) a) - 32 bsum of a sub-block is exactly sum(q a) with the signed levels */
@@ -427,7 +418,7 @@ static float expf_ggml(float x) {
 
 /* ggml_vec_swiglu_f32 (AVX-512): silu(g) = g / (1 + exp(-g)) with ggml's exp, times u; a tail of
  * fewer than 16 values takes libm's expf, as ggml's scalar remainder loop does */
-HOT static void swiglu(float *g, const float *u, size_t n) {
+EL_HOT static void swiglu(float *g, const float *u, size_t n) {
     const size_t nv = n - n % 16;
     size_t i = 0;
     for (; i < nv; i++) g[i] = g[i] / (1.0f + expf_ggml(0.0f - g[i])) * u[i];

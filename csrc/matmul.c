@@ -7,8 +7,8 @@
 #include "checked.h"
 #include "matmul.h"
 
-/* A batch's Q8_0 and Q8_K activations have room for a panel after the rows, on a cache line (dispatch.h) */
-static size_t panel_room(int act_type, size_t cols, size_t n_vec) { return el_panel_bytes(act_type, cols, n_vec); }
+/* A batch's Q8_0 and Q8_K activations have room for a panel (el_panel_bytes) after the rows, on a
+ * cache line (dispatch.h) */
 static size_t panel_offset(size_t row_bytes, size_t n_vec) { return el_size_round64(el_size_mul(row_bytes, n_vec)); }
 
 size_t el_act_bytes(int wtype, size_t cols, size_t n_vec) {
@@ -19,7 +19,7 @@ size_t el_act_bytes(int wtype, size_t cols, size_t n_vec) {
     if (!ta || cols % ta->blck_size) return 0;
     /* saturating (checked.h): a batch too big for size_t gives SIZE_MAX, which no allocation meets */
     const size_t row = el_size_mul(cols / ta->blck_size, ta->type_size);
-    const size_t panel = panel_room(tw->vec_dot_type, cols, n_vec);
+    const size_t panel = el_panel_bytes(tw->vec_dot_type, cols, n_vec);
     return panel ? el_size_add(panel_offset(row, n_vec), panel) : el_size_mul(row, n_vec);
 }
 
@@ -81,7 +81,7 @@ void el_quantize_act(el_pool *pool, int wtype, const float *x, size_t cols, size
     const size_t nblk = bpr * n_vec, n_items = (nblk + QUANT_ITEM_BLOCKS - 1) / QUANT_ITEM_BLOCKS;
     if (!pool || cols * n_vec < 4096) quant_item(&t, 0, 1); /* not worth waking the workers */
     else el_pool_for(pool, n_items, quant_item, &t);
-    if (panel_room(tw->vec_dot_type, cols, n_vec)) {
+    if (el_panel_bytes(tw->vec_dot_type, cols, n_vec)) {
         /* the header names the layout this table packed (el_matmul_act reads it, not its own table) */
         char *head = (char *)act + panel_offset(t.act_row, n_vec);
         const el_pack_panel_fn pack = el_kern()->pack_panel[tw->vec_dot_type];
@@ -113,7 +113,8 @@ typedef struct {
 } mm_task;
 
 /* Batches: a block of weight rows stays in L1 while groups of EL_NV_MAX activation rows (a panel's
- * group: el_panel_group_rows) pass over it (EL_TILE_ROWS rows at a time where the ISA has a tile kernel); an item is (row block, vector block).
+ * group: el_panel_group_rows) pass over it (EL_TILE_ROWS rows at a time where the ISA has a tile
+ * kernel); an item is (row block, vector block).
  * Matvec: an item is a run of rows, EL_MV_ROWS at a time where the ISA has vec_dot_rows. Either way
  * every output has the bits of one vec_dot, so any split gives the same result. */
 #define MM_ROW_BLOCK 16
@@ -197,7 +198,7 @@ void el_matmul_act(el_pool *pool, int wtype, const void *w, size_t rows, size_t 
     const size_t a_row = el_act_bytes(wtype, cols, 1);
     const int act_type = el_get_type_traits(wtype)->vec_dot_type;
     const char *panel = NULL; /* the panel, if el_quantize_act packed this table's layout (its header says) */
-    if (k->vec_dot_panel[wtype] && panel_room(act_type, cols, n_vec)) {
+    if (k->vec_dot_panel[wtype] && el_panel_bytes(act_type, cols, n_vec)) {
         const char *head = (const char *)act + panel_offset(a_row, n_vec);
         uint32_t packed;
         memcpy(&packed, head, sizeof packed);

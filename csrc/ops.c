@@ -126,8 +126,9 @@ void el_rope(float *x, size_t n_head, size_t head_dim, size_t n_rot, int32_t pos
  * float nearest it plus the rest), e^b by its degree-7 Taylor polynomial (|b| <= ln2 / 2: truncation
  * under 2^-24 relative), 2^n from the bits of z. t is clamped to [-87, 89]: below, 2^n stays a
  * normal float and 1 + e^t is 1 anyway; above t = 88.37, n = 128 puts all ones in the exponent
- * field, 2^n = infinity, so the result is -0 where the true one is below 1e-36 in size. A NaN x stays NaN (the quotient). Explicit FMAs, no
- * contraction: scalar and vector code, on every ISA, give the same bits. */
+ * field, 2^n = infinity, so the result is -0 where the true one is below 1e-36 in size. A NaN x
+ * stays NaN (the quotient). Explicit FMAs, no contraction: scalar and vector code, on every ISA, give
+ * the same bits. */
 static inline float silu1(float x) {
     const float shift = 0x1.8p23f, log2e = 0x1.715476p+0f, ln2_hi = 0x1.62e43p-1f, ln2_lo = -0x1.05c61p-29f;
     float t = -x;
@@ -151,11 +152,7 @@ static inline float silu1(float x) {
     return x / (1.0f + p * e2n);
 }
 
-/* the x86 clone with AVX2 and FMA (an ifunc picks it at load time), as llamacpp_exact.c's HOT */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-#endif
-static void silu_run(float *x, size_t n) {
+EL_HOT static void silu_run(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = silu1(x[i]);
 }
 

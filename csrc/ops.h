@@ -11,6 +11,17 @@
 
 #define EL_MAX_HEAD_DIM 512
 
+/* Hot loops get an x86 clone with FMA and AVX2 (picked at load time by an ifunc): fmaf becomes one
+ * instruction and the loops vectorize. Same operations, same bits: -ffp-contract=off and no
+ * reassociation keep every rounding where the C puts it. Elsewhere fmaf is native (aarch64) or exact
+ * in software. Only on static functions: GCC exports the ifunc of an extern target_clones function
+ * whatever its visibility, and the library exports nothing but its API (so a plain function wraps it). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define EL_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define EL_HOT
+#endif
+
 /* How one layer rotates: frequency base and scale, the optional per-frequency divisors, YaRN. */
 typedef struct {
     float base, scale;

@@ -127,15 +127,10 @@ class Tokenizer:
                                         f"but it is not of the form <0xNN>")
         self._attrs: list[int] = attrs.tolist()
 
-        def key_id(key: K.Key, default: int | None) -> int | None:
-            v = md.optional(key)
-            if v is not None and 0 <= v < n:
-                return int(v)
-            return default if default is not None and 0 <= default < n else None
-
-        self.bos_id: int | None = key_id(K.BOS_ID, default_bos)
-        self.eos_id: int | None = key_id(K.EOS_ID, default_eos)
-        self.unk_id: int | None = key_id(K.UNK_ID, None)
+        key_id = self._key_id
+        self.bos_id: int | None = key_id(md, K.BOS_ID, default_bos)
+        self.eos_id: int | None = key_id(md, K.EOS_ID, default_eos)
+        self.unk_id: int | None = key_id(md, K.UNK_ID, None)
         self.add_bos: bool = md.get(K.ADD_BOS, default_add_bos)
         self.add_eos: bool = md.get(K.ADD_EOS, False)
         self.add_space_prefix: bool = md.get(K.ADD_SPACE_PREFIX, default_add_space_prefix)
@@ -149,7 +144,7 @@ class Tokenizer:
             )
 
         def key_or_text(key: K.Key, texts: Sequence[str]) -> int | None:
-            tid = key_id(key, None)
+            tid = key_id(md, key, None)
             return self._find_control(texts) if tid is None else tid
 
         self.eot_id: int | None = key_or_text(K.EOT_ID, EOT_TEXTS)
@@ -186,6 +181,13 @@ class Tokenizer:
             (tokens[i], i) for i in special if not self._attrs[i] & (ATTR_CONTROL | ATTR_UNKNOWN)
         ]
         self._piece_cache: dict[int, bytes] = {}
+
+    def _key_id(self, md: Metadata, key: K.Key, default: int | None) -> int | None:
+        """The id stored under key if it is in the vocabulary, else default if that is (llama.cpp's rule)."""
+        v = md.optional(key)
+        if v is not None and 0 <= v < self.n_vocab:
+            return int(v)
+        return default if default is not None and 0 <= default < self.n_vocab else None
 
     def _find_control(self, texts: Sequence[str]) -> int | None:
         for text in texts:
@@ -389,13 +391,10 @@ class WPMTokenizer(Tokenizer):
     def __init__(self, md: Metadata, n_rows: int | None = None) -> None:
         super().__init__(md, default_bos=101, default_eos=None, default_add_bos=True, default_add_space_prefix=False,
                          n_rows=n_rows)  # fmt: skip
-        if self.unk_id is None and 100 < self.n_vocab:
-            self.unk_id = 100
+        self.unk_id = self._key_id(md, K.UNK_ID, 100)  # llama.cpp's defaults for this vocabulary
         if self.unk_id is None:
             raise MetadataError(f"a bert (WordPiece) vocabulary needs {K.UNK_ID.name}")
-        sep = md.optional(K.SEP_ID)
-        self.sep_id: int | None = int(sep) if sep is not None and 0 <= sep < self.n_vocab else (
-            102 if 102 < self.n_vocab else None)
+        self.sep_id: int | None = self._key_id(md, K.SEP_ID, 102)
         self.add_sep: bool = md.get(K.ADD_SEP, True)
         if self.add_sep and self.sep_id is None:
             raise MetadataError(f"{K.ADD_SEP.name} is true, but {K.SEP_ID.name} is not set")
