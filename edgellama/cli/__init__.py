@@ -1,4 +1,5 @@
-"""The `edgellama` command: one subcommand per job (run, perplexity, bench, info, pull, list, split, merge, quantize, export-lora).
+"""The `edgellama` command: one subcommand per job (run, perplexity, bench, info, pull, list, split, merge, quantize,
+export-lora, convert).
 
 Every expected failure (bad file, bad flag, missing model, prompt too long) ends as one line on
 stderr, `edgellama: error: ...`, and a non-zero exit, never a traceback. Exit status, the same in
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     from edgellama.cli import (
         bench,
         client,
+        convert,
         export_lora,
         info,
         install_service,
@@ -43,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for mod in (run, perplexity, bench, info, models, serve, client, install_service, split, quantize, export_lora):
+    for mod in (run, perplexity, bench, info, models, serve, client, install_service, split, quantize, export_lora,
+                convert):
         mod.add_parser(sub)
     return p
 
