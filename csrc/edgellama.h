@@ -124,7 +124,12 @@ typedef struct el_tensor {
     int64_t ne0, ne1;   /* ne0 = row length (inner), ne1 = rows; 1-D tensors have ne1 = 1 */
 } el_tensor;
 
-enum el_arch { EL_ARCH_LLAMA = 1, EL_ARCH_GEMMA3 = 2 };
+/* LLAMA and GEMMA3: pre-norm decoders (RMS norms). BERT: a post-norm encoder (bert, nomic-bert): the
+ * embedding row plus type_embd's row 0 plus pos_embd's row at the position (each optional), then
+ * LayerNorm tok_norm / tok_norm_b; per layer no norm before the blocks, x = LayerNorm(x + attention)
+ * with attn_norm / attn_norm_b and x = LayerNorm(x + FFN) with ffn_norm / ffn_norm_b; an FFN without
+ * w_gate is down(act(up x + b_up)) + b_down. It has no output head: only el_model_decode_embd. */
+enum el_arch { EL_ARCH_LLAMA = 1, EL_ARCH_GEMMA3 = 2, EL_ARCH_BERT = 3 };
 enum el_act { EL_ACT_SILU = 0, EL_ACT_GELU = 1 };
 
 typedef struct el_layer {
@@ -135,6 +140,8 @@ typedef struct el_layer {
     float rope_base, rope_scale;  /* per layer: Gemma 3 local layers use another base */
     int32_t window;               /* sliding window in tokens, 0 = global */
     int32_t no_rope;              /* 1: queries and keys are not rotated (SmolLM3's every 4th layer) */
+    el_tensor bo, b_up, b_down;   /* F32 biases of wo, w_up, w_down; data NULL = none */
+    el_tensor attn_norm_b, ffn_norm_b; /* BERT: the LayerNorms' biases (required there, absent elsewhere) */
 } el_layer;
 
 /* YaRN (rope.scaling.type yarn): ext_factor 0 = off; a layer's rope_scale is then 1/factor. The
@@ -154,8 +161,14 @@ typedef struct el_model_desc {
     int scale_q;                              /* 1: attn_scale multiplies Q after RoPE, the scores are not
                                                  scaled (llama.cpp's phi3 and Gemma graphs); 0: the scores */
     el_rope_ext rope;
-    el_tensor tok_embd, output_norm, output;  /* output.data NULL = tied to tok_embd */
+    el_tensor tok_embd, output_norm, output;  /* output.data NULL = tied to tok_embd; BERT: neither */
     const el_layer *layers;                   /* n_layer entries */
+    /* BERT's input: token-type embeddings (row 0 is added: every token is of type 0), absolute
+     * position embeddings (n_ctx must not pass their rows), the LayerNorm after them; NULL elsewhere */
+    el_tensor type_embd, pos_embd, tok_norm, tok_norm_b;
+    int non_causal;                           /* 1: every token of a sequence sees all of them (BERT): a
+                                                 sequence's tokens must all come in one batch, from
+                                                 position 0 of an empty sequence */
 } el_model_desc;
 
 typedef struct el_model el_model;
@@ -233,6 +246,10 @@ EL_API int32_t el_model_n_seq(const el_model *model);
  * continue its sequence or passes n_ctx; EL_EINVAL for a bad sequence id or token. Nothing is
  * written to any cache unless the whole batch is valid. */
 EL_API int el_model_decode(el_model *model, const el_batch_entry *batch, size_t n, float *logits);
+/* el_model_decode's pass, returning for each entry that wants it (its logits flag set) the hidden state
+ * the output head would read: n_embd floats after the output norm (a BERT model's last layer), rows in
+ * entry order. Embeddings are pooled from these (by the caller). The only output of a BERT model. */
+EL_API int el_model_decode_embd(el_model *model, const el_batch_entry *batch, size_t n, float *embd);
 /* The single-sequence calls for sequence seq (EL_EINVAL / -1 / 0 for a bad seq). Clear forgets the
  * whole sequence and leaves its cache as a new model's (truncate to 0 does the same). */
 EL_API int32_t el_model_seq_n_past(const el_model *model, int32_t seq);

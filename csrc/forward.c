@@ -1,5 +1,5 @@
-/* forward.c - the decoder forward pass (Gemma 3 and the llama family) in one call per batch:
- * embeddings, every layer, final norm, logits. Reads top to bottom like llama2.c's forward();
+/* forward.c - the forward pass (the decoders: Gemma and the llama family; the BERT encoders) in one
+ * call per batch: embeddings, every layer, final norm, logits or hidden states. Reads top to bottom like llama2.c's forward();
  * weights are read in place from the caller's mapping, all memory was allocated by model.c. */
 #include <math.h>
 #include <string.h>
@@ -52,28 +52,39 @@ static void norm_rows(float *out, const float *x, const el_tensor *w, size_t n, 
     el_rmsnorm_rows(out, x, (const float *)w->data, n, dim, eps);
 }
 
+/* BERT's post-norm: x = LayerNorm(x + o) with w and its bias b */
+static void add_norm(float *x, const float *o, const el_tensor *w, const el_tensor *b, size_t n, size_t dim,
+                     float eps) {
+    el_add(x, x, o, n * dim);
+    el_layernorm_rows(x, x, (const float *)w->data, (const float *)b->data, n, dim, eps);
+}
+
 static void add_bias(float *y, const el_tensor *b, size_t n, size_t dim) {
     if (!b->data) return;
     for (size_t i = 0; i < n; i++) el_add(y + i * dim, y + i * dim, (const float *)b->data, dim);
 }
 
-/* g = act(g) * u, row by row over the pool: element-wise, so the split cannot change a bit */
-typedef struct { el_model *m; size_t F; } glu_task;
+/* g = act(g) * u (u NULL: g = act(g), an FFN without a gate), row by row over the pool: element-wise,
+ * so the split cannot change a bit */
+typedef struct { el_model *m; size_t F; const float *u; } glu_task;
 
 static void glu_row(void *p, size_t i, size_t n) {
     const glu_task *t = p;
     float *g = t->m->g + i * t->F;
-    if (t->m->d.act == EL_ACT_GELU) {
+    if (!t->u) {
+        if (t->m->d.act == EL_ACT_GELU) el_kern()->gelu_lut(g, t->F, t->m->gelu_table);
+        else el_silu(g, t->F);
+    } else if (t->m->d.act == EL_ACT_GELU) {
         el_kern()->gelu_lut(g, t->F, t->m->gelu_table);
-        el_mul(g, g, t->m->u + i * t->F, t->F);
+        el_mul(g, g, t->u + i * t->F, t->F);
     } else {
         t->m->ops->swiglu(g, t->m->u + i * t->F, t->F);
     }
     (void)n;
 }
 
-static void glu(el_model *m, size_t n, size_t F) {
-    glu_task t = {m, F};
+static void glu(el_model *m, size_t n, size_t F, const float *u) {
+    glu_task t = {m, F, u};
     if (n == 1) glu_row(&t, 0, 1);
     else el_pool_for(m->pool, n, glu_row, &t);
 }
@@ -96,7 +107,11 @@ static int group_rows(el_model *m, const el_batch_entry *b, size_t n, size_t *n_
     if (n_seqs_present > 1 && m->ops != el_numerics_ops_of(EL_NUMERICS_NATIVE)) return EL_EUNSUPPORTED;
     for (int32_t s = 0; s < m->n_seq; s++) cnt[s + 1] += cnt[s]; /* cnt[s]: first row of sequence s */
     int32_t next_pos[EL_MAX_SEQ];
-    for (int32_t s = 0; s < m->n_seq; s++) next_pos[s] = cnt[s + 1] > cnt[s] ? el_kv_n_past(m, s) : 0;
+    for (int32_t s = 0; s < m->n_seq; s++) {
+        next_pos[s] = cnt[s + 1] > cnt[s] ? el_kv_n_past(m, s) : 0;
+        /* non-causal: a token sees the later ones, so a sequence cannot be continued by another batch */
+        if (m->d.non_causal && next_pos[s] != 0) return EL_ECTX;
+    }
     for (size_t i = 0; i < n; i++) {
         const int32_t s = b[i].seq, r = cnt[s]++;
         /* a sequence's entries continue its cache, one position each, within the context */
@@ -104,6 +119,8 @@ static int group_rows(el_model *m, const el_batch_entry *b, size_t n, size_t *n_
         next_pos[s]++;
         m->row_seq[r] = s, m->row_tok[r] = b[i].token, m->row_src[r] = (int32_t)i, m->q_pos[r] = b[i].pos;
     }
+    /* the position each row masks by: its own (causal), or its sequence's last (it sees them all) */
+    for (size_t r = 0; r < n; r++) m->mask_pos[r] = m->d.non_causal ? next_pos[m->row_seq[r]] - 1 : m->q_pos[r];
     return EL_OK;
 }
 
@@ -117,13 +134,37 @@ static void compact_rows(float *x, const el_batch_entry *b, const int32_t *src, 
         }
 }
 
-static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *logits) {
+/* BERT's input row i: token, type 0 and position embeddings summed, into x (xn: scratch) */
+static void bert_input(el_model *m, size_t n) {
+    const el_model_desc *d = &m->d;
+    const size_t E = (size_t)d->n_embd;
+    for (size_t i = 0; i < n; i++) {
+        float *x = m->x + i * E, *t = m->xn + i * E;
+        if (d->type_embd.data) {
+            el_get_type_traits(d->type_embd.type)->to_float(d->type_embd.data, t, E);
+            el_add(x, x, t, E);
+        }
+        if (d->pos_embd.data) {
+            const size_t prow = el_row_bytes(d->pos_embd.type, E);
+            el_get_type_traits(d->pos_embd.type)->to_float((const char *)d->pos_embd.data + (size_t)m->q_pos[i] * prow,
+                                                            t, E);
+            el_add(x, t, x, E);
+        }
+    }
+    el_layernorm_rows(m->x, m->x, (const float *)d->tok_norm.data, (const float *)d->tok_norm_b.data, n, E,
+                      d->norm_eps);
+}
+
+/* logits != NULL: the logits of the wanted entries; else embd: their hidden states (n_embd each) */
+static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *logits, float *embd) {
     if (!batch || n == 0 || n > (size_t)m->n_batch) return EL_EINVAL;
     size_t n_want = 0;
     const int gst = group_rows(m, batch, n, &n_want);
     if (gst != EL_OK) return gst;
-    if (n_want && !logits) return EL_EINVAL;
     const el_model_desc *d = &m->d;
+    const int bert = d->arch == EL_ARCH_BERT;
+    if (n_want && logits && bert) return EL_EUNSUPPORTED; /* an encoder has no output head */
+    if (n_want && !logits && !embd) return EL_EINVAL;
     const size_t E = (size_t)d->n_embd, HD = (size_t)d->head_dim, NH = (size_t)d->n_head;
     const size_t NKV = (size_t)d->n_head_kv, F = (size_t)d->n_ff, QD = NH * HD, KVD = NKV * HD;
 
@@ -137,13 +178,14 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
         te->to_float((const char *)d->tok_embd.data + (size_t)m->row_tok[i] * erow, m->x + i * E, E);
         if (d->emb_scale != 1.0f) el_scale(m->x + i * E, d->emb_scale, E);
     }
+    if (bert) bert_input(m, n);
 
     for (int32_t il = 0; il < d->n_layer; il++) {
         const el_layer *L = &m->layers[il];
-        /* attention block */
-        norm_rows(m->xn, m->x, &L->attn_norm, n, E, d->norm_eps);
+        /* attention block (BERT: on the layer's input itself, its norms come after) */
+        if (!bert) norm_rows(m->xn, m->x, &L->attn_norm, n, E, d->norm_eps);
         const el_tensor *qkv[3] = {&L->wq, &L->wk, &L->wv};
-        const mm_input xn = quantize_input(m, m->xn, n, qkv, 3);
+        const mm_input xn = quantize_input(m, bert ? m->x : m->xn, n, qkv, 3);
         mm(m, &L->wq, &xn, m->q);
         mm(m, &L->wk, &xn, m->k);
         mm(m, &L->wv, &xn, m->v);
@@ -173,7 +215,7 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
             for (r1 = r0 + 1; r1 < n && m->row_seq[r1] == seq; r1++) {}
             kv_layer *c = &el_seq_kv(m, seq)[il];
             el_kv_store(m, c, m->k + r0 * KVD, m->v + r0 * KVD, r1 - r0, m->q_pos[r0]);
-            args[na] = (el_attn_args){m->q + r0 * QD, r1 - r0, m->q_pos + r0, NH, NKV, HD, m->kv_type, c->k, c->v,
+            args[na] = (el_attn_args){m->q + r0 * QD, r1 - r0, m->mask_pos + r0, NH, NKV, HD, m->kv_type, c->k, c->v,
                                       c->pos, (size_t)c->n_used, L->window, score_scale, d->attn_softcap,
                                       m->att + r0 * QD,
                                       m->attn_scratch};
@@ -186,6 +228,7 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
         const mm_input att = quantize_input(m, m->att, n, &wo, 1);
         mm(m, wo, &att, m->o);
         lora(m, il, (const int[]){EL_LORA_WO}, 1, &att, &m->o);
+        add_bias(m->o, &L->bo, n, E);
         /* past the last attention only the rows whose logits are wanted matter; llama.cpp drops the
          * others here too, so the rest of the layer runs on the same batch sizes as there */
         size_t nr = n;
@@ -199,29 +242,47 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
             nr = n_want;
         }
         if (L->attn_post_norm.data) norm_rows(m->o, m->o, &L->attn_post_norm, nr, E, d->norm_eps);
-        el_add(m->x, m->x, m->o, nr * E);
+        if (bert) add_norm(m->x, m->o, &L->attn_norm, &L->attn_norm_b, nr, E, d->norm_eps);
+        else el_add(m->x, m->x, m->o, nr * E);
 
-        /* feed-forward block */
-        norm_rows(m->xn, m->x, &L->ffn_norm, nr, E, d->norm_eps);
-        const el_tensor *gate_up[2] = {&L->w_gate, &L->w_up}, *down = &L->w_down;
-        const mm_input xf = quantize_input(m, m->xn, nr, gate_up, 2);
-        mm(m, &L->w_gate, &xf, m->g);
-        mm(m, &L->w_up, &xf, m->u);
-        lora(m, il, (const int[]){EL_LORA_W_GATE, EL_LORA_W_UP}, 2, &xf, (float *const[]){m->g, m->u});
-        glu(m, nr, F);
+        /* feed-forward block: act(gate) * up, or act(up) without a gate (BERT) */
+        if (!bert) norm_rows(m->xn, m->x, &L->ffn_norm, nr, E, d->norm_eps);
+        const float *ffn_in = bert ? m->x : m->xn;
+        const el_tensor *down = &L->w_down;
+        if (L->w_gate.data) {
+            const el_tensor *gate_up[2] = {&L->w_gate, &L->w_up};
+            const mm_input xf = quantize_input(m, ffn_in, nr, gate_up, 2);
+            mm(m, &L->w_gate, &xf, m->g);
+            mm(m, &L->w_up, &xf, m->u);
+            lora(m, il, (const int[]){EL_LORA_W_GATE, EL_LORA_W_UP}, 2, &xf, (float *const[]){m->g, m->u});
+            add_bias(m->u, &L->b_up, nr, F);
+            glu(m, nr, F, m->u);
+        } else {
+            const el_tensor *up = &L->w_up;
+            const mm_input xf = quantize_input(m, ffn_in, nr, &up, 1);
+            mm(m, up, &xf, m->g);
+            lora(m, il, (const int[]){EL_LORA_W_UP}, 1, &xf, &m->g);
+            add_bias(m->g, &L->b_up, nr, F);
+            glu(m, nr, F, NULL);
+        }
         const mm_input gu = quantize_input(m, m->g, nr, &down, 1);
         mm(m, down, &gu, m->o);
         lora(m, il, (const int[]){EL_LORA_W_DOWN}, 1, &gu, &m->o);
+        add_bias(m->o, &L->b_down, nr, E);
         if (L->ffn_post_norm.data) norm_rows(m->o, m->o, &L->ffn_post_norm, nr, E, d->norm_eps);
-        el_add(m->x, m->x, m->o, nr * E);
+        if (bert) add_norm(m->x, m->o, &L->ffn_norm, &L->ffn_norm_b, nr, E, d->norm_eps);
+        else el_add(m->x, m->x, m->o, nr * E);
     }
 
-    /* output: the wanted rows, put back in entry order (the caller's logits rows), one matmul for all */
-    norm_rows(m->o, m->x, &d->output_norm, n_want, E, d->norm_eps);
+    /* output: the wanted rows, put back in entry order (the caller's rows), one matmul for all */
+    if (bert) memcpy(m->o, m->x, n_want * E * sizeof(float));
+    else norm_rows(m->o, m->x, &d->output_norm, n_want, E, d->norm_eps);
     int32_t *rank = m->row_tok; /* the tokens were read: now each entry's rank among the wanted ones */
     for (size_t i = 0, k = 0; i < n; i++) rank[i] = batch[i].logits ? (int32_t)k++ : -1;
+    float *rows = logits ? m->xn : embd;
     for (size_t r = 0, k = 0; r < n; r++)
-        if (rank[m->row_src[r]] >= 0) memcpy(m->xn + (size_t)rank[m->row_src[r]] * E, m->o + k++ * E, E * sizeof(float));
+        if (rank[m->row_src[r]] >= 0) memcpy(rows + (size_t)rank[m->row_src[r]] * E, m->o + k++ * E, E * sizeof(float));
+    if (!logits) return EL_OK;
     if (m->lora_block)
         for (size_t i = 0; i < n; i++)
             if (rank[i] >= 0) m->lora_seq[rank[i]] = batch[i].seq;
@@ -240,7 +301,12 @@ static int decode(el_model *m, const el_batch_entry *batch, size_t n, float *log
 
 int el_model_decode(el_model *m, const el_batch_entry *batch, size_t n, float *logits) {
     const int st = el_model_enter(m);
-    return st != EL_OK ? st : el_model_leave(m, decode(m, batch, n, logits));
+    return st != EL_OK ? st : el_model_leave(m, decode(m, batch, n, logits, NULL));
+}
+
+int el_model_decode_embd(el_model *m, const el_batch_entry *batch, size_t n, float *embd) {
+    const int st = el_model_enter(m);
+    return st != EL_OK ? st : el_model_leave(m, decode(m, batch, n, NULL, embd));
 }
 
 /* the single-sequence form: n entries of sequence 0 at pos0.. */
@@ -251,7 +317,7 @@ static int eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, floa
     if (pos0 != el_kv_n_past(m, 0)) return EL_ECTX;
     el_batch_entry *b = m->entries;
     for (size_t i = 0; i < n; i++) b[i] = (el_batch_entry){0, tokens[i], pos0 + (int32_t)i, all_logits || i == n - 1};
-    return decode(m, b, n, logits);
+    return decode(m, b, n, logits, NULL);
 }
 
 int el_model_eval(el_model *m, const int32_t *tokens, size_t n, int32_t pos0, float *logits, int all_logits) {

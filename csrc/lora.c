@@ -247,7 +247,7 @@ static int attach_held(el_model *m, int32_t adapter, int32_t layer, int target, 
         slot = layer * EL_LORA_LAYER_TARGETS + target;
     else return EL_EINVAL;
     const el_tensor *w = el_lora_weight(m, slot);
-    if (n_in != w->ne0 || n_out != w->ne1) return EL_EINVAL;
+    if (!w->data || n_in != w->ne0 || n_out != w->ne1) return EL_EINVAL; /* no such weight (BERT's gate) */
     int st = lora_reserve(m, rank);
     if (st != EL_OK) return st;
     el_lora_list *l = &m->lora[slot];

@@ -34,21 +34,37 @@ static int opt_ok(const el_tensor *t, int64_t ne0, int64_t ne1, int need_matmul)
 }
 
 static int desc_ok(const el_model_desc *d) {
-    if (d->arch != EL_ARCH_LLAMA && d->arch != EL_ARCH_GEMMA3) return EL_EUNSUPPORTED;
+    if (d->arch != EL_ARCH_LLAMA && d->arch != EL_ARCH_GEMMA3 && d->arch != EL_ARCH_BERT) return EL_EUNSUPPORTED;
     if (d->n_layer <= 0 || d->n_embd <= 0 || d->n_head <= 0 || d->n_head_kv <= 0 || d->head_dim <= 0 ||
         d->n_ff <= 0 || d->n_vocab <= 0 || d->n_head % d->n_head_kv || d->head_dim > EL_MAX_HEAD_DIM ||
         d->n_rot <= 0 || d->n_rot > d->head_dim || d->n_rot % 2 || !d->layers)
         return EL_EINVAL;
     if (d->n_layer > 4096 || d->n_embd > (1 << 16) || d->n_ff > (1 << 18) || d->n_head > 1024) return EL_EINVAL;
+    if (d->non_causal != 0 && d->non_causal != 1) return EL_EINVAL;
+    const int bert = d->arch == EL_ARCH_BERT;
     const int64_t E = d->n_embd, Q = (int64_t)d->n_head * d->head_dim, KV = (int64_t)d->n_head_kv * d->head_dim;
-    if (!tensor_ok(&d->tok_embd, E, d->n_vocab, 1) || !tensor_ok(&d->output_norm, E, 1, 0)) return EL_EINVAL;
+    if (!tensor_ok(&d->tok_embd, E, d->n_vocab, 1)) return EL_EINVAL;
+    if (bert ? d->output_norm.data || d->output.data : !tensor_ok(&d->output_norm, E, 1, 0)) return EL_EINVAL;
     if (!opt_ok(&d->output, E, d->n_vocab, 1)) return EL_EINVAL;
+    /* BERT's input: an embedding LayerNorm (required), a type row and position rows (optional) */
+    if (bert != (d->tok_norm.data != NULL) || bert != (d->tok_norm_b.data != NULL)) return EL_EINVAL;
+    if (!opt_ok(&d->tok_norm, E, 1, 0) || !opt_ok(&d->tok_norm_b, E, 1, 0)) return EL_EINVAL;
+    if (d->type_embd.data && (!bert || d->type_embd.ne1 < 1 || !tensor_ok(&d->type_embd, E, d->type_embd.ne1, 1)))
+        return EL_EINVAL;
+    if (d->pos_embd.data && (!bert || d->pos_embd.ne1 < 1 || !tensor_ok(&d->pos_embd, E, d->pos_embd.ne1, 1)))
+        return EL_EINVAL;
     for (int32_t il = 0; il < d->n_layer; il++) {
         const el_layer *L = &d->layers[il];
+        /* BERT's attn_norm / ffn_norm are its post-norms: LayerNorms, so with biases; a gate is optional */
         if (!tensor_ok(&L->attn_norm, E, 1, 0) || !tensor_ok(&L->wq, E, Q, 1) || !tensor_ok(&L->wk, E, KV, 1) ||
             !tensor_ok(&L->wv, E, KV, 1) || !tensor_ok(&L->wo, Q, E, 1) || !tensor_ok(&L->ffn_norm, E, 1, 0) ||
-            !tensor_ok(&L->w_gate, E, d->n_ff, 1) || !tensor_ok(&L->w_up, E, d->n_ff, 1) ||
-            !tensor_ok(&L->w_down, d->n_ff, E, 1))
+            !(bert ? opt_ok(&L->w_gate, E, d->n_ff, 1) : tensor_ok(&L->w_gate, E, d->n_ff, 1)) ||
+            !tensor_ok(&L->w_up, E, d->n_ff, 1) || !tensor_ok(&L->w_down, d->n_ff, E, 1))
+            return EL_EINVAL;
+        if (bert != (L->attn_norm_b.data != NULL) || bert != (L->ffn_norm_b.data != NULL) ||
+            !opt_ok(&L->attn_norm_b, E, 1, 0) || !opt_ok(&L->ffn_norm_b, E, 1, 0))
+            return EL_EINVAL;
+        if (!opt_ok(&L->bo, E, 1, 0) || !opt_ok(&L->b_up, d->n_ff, 1, 0) || !opt_ok(&L->b_down, E, 1, 0))
             return EL_EINVAL;
         if (!opt_ok(&L->bq, Q, 1, 0) || !opt_ok(&L->bk, KV, 1, 0) || !opt_ok(&L->bv, KV, 1, 0) ||
             !opt_ok(&L->q_norm, d->head_dim, 1, 0) || !opt_ok(&L->k_norm, d->head_dim, 1, 0) ||
@@ -91,7 +107,7 @@ static size_t max_act(const el_model_desc *d, int kind, size_t n_batch) {
         const el_tensor *ws[7];
         layer_matmuls(&d->layers[il], ws);
         for (int i = 0; i < 7; i++)
-            if (el_act_kind(ws[i]->type) == kind) {
+            if (ws[i]->data && el_act_kind(ws[i]->type) == kind) {
                 size_t b = el_act_bytes(ws[i]->type, (size_t)ws[i]->ne0, n_batch);
                 best = b > best ? b : best;
             }
@@ -124,7 +140,7 @@ static void scratch_table(const el_model_desc *d, int32_t n_ctx, int32_t n_batch
     t[SC_G].size = el_size_mul3(B, F, 4);
     t[SC_U].size = el_size_mul3(B, F, 4);
     t[SC_CS].size = el_size_mul3(B, HD, 4);
-    t[SC_Q_POS].size = el_size_mul(B, sizeof(int32_t));
+    t[SC_Q_POS].size = t[SC_MASK_POS].size = el_size_mul(B, sizeof(int32_t));
     t[SC_ROW_SEQ].size = t[SC_ROW_TOK].size = t[SC_ROW_SRC].size = el_size_mul(B, sizeof(int32_t));
     t[SC_ENTRIES].size = el_size_mul(B, sizeof(el_batch_entry));
     t[SC_ATTN].size = el_size_mul(
@@ -162,6 +178,7 @@ static int plan(const el_model_desc *d, int32_t n_ctx, int32_t n_batch, int kv_t
     if (kv_type != EL_TYPE_F16 && kv_type != EL_TYPE_Q8_0 && kv_type != EL_TYPE_F32) return EL_EUNSUPPORTED;
     int st = desc_ok(d);
     if (st != EL_OK) return st;
+    if (d->pos_embd.data && n_ctx > d->pos_embd.ne1) return EL_ECTX; /* positions past the table */
     if (el_kv_row_bytes(kv_type, (size_t)d->head_dim) == 0) return EL_EINVAL;
     el_span t[SC_COUNT];
     size_t block[2];
@@ -248,6 +265,7 @@ int el_model_create_seqs(const el_model_desc *desc, el_pool *pool, int32_t n_ctx
     m->u = (float *)(b + t[SC_U].offset);
     m->cs = (float *)(b + t[SC_CS].offset);
     m->q_pos = (int32_t *)(b + t[SC_Q_POS].offset);
+    m->mask_pos = (int32_t *)(b + t[SC_MASK_POS].offset);
     m->row_seq = (int32_t *)(b + t[SC_ROW_SEQ].offset);
     m->row_tok = (int32_t *)(b + t[SC_ROW_TOK].offset);
     m->row_src = (int32_t *)(b + t[SC_ROW_SRC].offset);
@@ -290,6 +308,7 @@ static int llx_weight_ok(const el_tensor *w) {
 
 /* every matmul weight of the model has one */
 static int llx_weights_ok(const el_model_desc *d) {
+    if (d->arch == EL_ARCH_BERT || d->non_causal) return 0; /* graphs llama.cpp's numerics do not model */
     if (!llx_weight_ok(d->output.data ? &d->output : &d->tok_embd)) return 0;
     for (int32_t il = 0; il < d->n_layer; il++) {
         const el_tensor *ws[7];

@@ -27,6 +27,7 @@ enum {
     SC_X, SC_XN, SC_Q, SC_K, SC_V, SC_ATT, SC_O, SC_G, SC_U,
     SC_CS,                                  /* rope cos/sin per token */
     SC_Q_POS,
+    SC_MASK_POS,                            /* non-causal: the position each query row masks by */
     SC_ROW_SEQ, SC_ROW_TOK, SC_ROW_SRC,     /* a batch's rows grouped by sequence: seq, token, entry index */
     SC_ENTRIES,                             /* el_model_eval's batch as el_batch_entry */
     SC_ATTN,                                /* attention scratch (el_attention_scratch_floats) */
@@ -66,7 +67,7 @@ struct el_model {
     size_t kv_bytes, scratch_bytes;
     /* scratch, n_batch rows each */
     float *x, *xn, *q, *k, *v, *att, *o, *g, *u, *cs;
-    int32_t *q_pos;
+    int32_t *q_pos, *mask_pos;
     int32_t *row_seq, *row_tok, *row_src;
     el_batch_entry *entries;
     float *attn_scratch;

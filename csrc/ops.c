@@ -42,6 +42,28 @@ void el_rmsnorm_rows(float *out, const float *x, const float *weight, size_t row
     for (; r < rows; r++) el_rmsnorm(out + r * n, x + r * n, weight, n, eps);
 }
 
+/* LayerNorm of rows rows of n values (out may be x) as ggml_norm then the graph's weight and bias:
+ * the mean and the variance of the centred values summed in double, y = (x - mean) / sqrtf(var + eps),
+ * then y * w + b (two roundings, as the graph's separate mul and add) */
+void el_layernorm_rows(float *out, const float *x, const float *w, const float *b, size_t rows, size_t n,
+                       float eps) {
+    for (size_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *yr = out + r * n;
+        double sum = 0.0;
+        for (size_t i = 0; i < n; i++) sum += (double)xr[i];
+        const float mean = (float)(sum / (double)n);
+        double sum2 = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            const float v = xr[i] - mean;
+            yr[i] = v;
+            sum2 += (double)(v * v);
+        }
+        const float scale = 1.0f / sqrtf((float)(sum2 / (double)n) + eps);
+        for (size_t i = 0; i < n; i++) yr[i] = yr[i] * scale * w[i] + b[i];
+    }
+}
+
 void el_softmax(float *x, size_t n) {
     if (n == 0) return;
     float mx = -INFINITY;

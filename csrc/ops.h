@@ -43,6 +43,8 @@ void el_rope_cache(float *cs, size_t n_rot, int32_t pos, const el_rope_args *r);
 /* GELU via a 65536-entry fp16 table (held by the model, not global): bit-identical to el_gelu. */
 void el_gelu_table_fill(el_half *table);
 void el_gelu_lut(float *x, size_t n, const el_half *table);
+void el_layernorm_rows(float *out, const float *x, const float *w, const float *b, size_t rows, size_t n,
+                       float eps);
 void el_rmsnorm_rows(float *out, const float *x, const float *weight, size_t rows, size_t n, float eps);
 void el_rope_apply(float *x, size_t n_head, size_t head_dim, size_t n_rot, const float *cs, int neox, int fused);
 

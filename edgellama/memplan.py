@@ -14,7 +14,7 @@ from typing import Any
 
 from edgellama.gguf.limits import INT32_MAX
 from edgellama.native import lora
-from edgellama.native.desc import LAYER_TENSORS, ModelDesc
+from edgellama.native.desc import INPUT_TENSORS, LAYER_TENSORS, ModelDesc
 from edgellama.native.engine import plan_bytes
 
 # Interpreter + numpy + cffi + the C library, measured at about 29 MiB; the vocabulary (metadata
@@ -100,7 +100,7 @@ class MemoryPlan:
 
 
 def weights_bytes(desc: ModelDesc) -> int:
-    ts = [desc.tok_embd, desc.output_norm, desc.output]
+    ts = [desc.tok_embd, desc.output_norm, desc.output, *(getattr(desc, f) for f in INPUT_TENSORS)]
     for L in desc.layers:
         ts += [getattr(L, f) for f in LAYER_TENSORS]
     # once per tensor of the file: every layer reads the same rotation factors (one TensorRef)

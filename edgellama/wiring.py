@@ -3,7 +3,7 @@
 The architectures are llama.cpp's, by its names and keys (ARCHS below: one entry each). Every tensor of
 the file is either read by the graph or refused by name (a Llama 3 file's `rope_freqs.weight` ignored
 would run with the wrong rotation); so is metadata that changes the math and is not implemented (a
-RoPE scaling type, MoE experts, non-causal attention, pooling): refused by key and value. Every missing
+RoPE scaling type, MoE experts, a decoder's non-causal attention): refused by key and value. Every missing
 key or tensor and every wrong shape is a ModelError that names it; metadata is read only through the
 typed keys of edgellama.gguf.metadata. No arithmetic on tensor data here; the one read of it is the
 check that each F32 norm weight, bias and rotation factor holds only finite values.
@@ -27,7 +27,7 @@ from edgellama.native.desc import FLOAT32_MAX, LayerDesc, ModelDesc, RopeExt, Te
 class Arch:
     """How one of llama.cpp's architectures maps onto the engine's forward pass."""
 
-    graph: str = "llama"  # the C pass: "llama" or "gemma3" (Gemma's norms and embedding scale)
+    graph: str = "llama"  # the C pass: "llama", "gemma3" (Gemma's norms and embedding scale) or "bert"
     act: str = "silu"
     neox: bool = False  # NeoX rotation: pairs (i, i + n_rot/2)
     qk_norm: bool = False  # per-head RMS norms of Q and K (required)
@@ -43,6 +43,7 @@ class Arch:
     scale_q: bool = False  # the attention scale multiplies Q, as llama.cpp's graph does (its rounding)
     eps: float = 1e-5  # default RMS epsilon
     rope_base: float = 10000.0
+    rotary: bool = True  # False: absolute position embeddings instead (BERT)
 
 
 ARCHS: dict[str, Arch] = {
@@ -55,9 +56,14 @@ ARCHS: dict[str, Arch] = {
                    softcap=True, scale_q=True, eps=1e-6),
     "gemma3": Arch(graph="gemma3", act="gelu", neox=True, qk_norm=True, post_norms=True, swa_pattern=6,
                    swa_base=10000.0, scale_q=True, eps=1e-6, rope_base=1e6),
+    # encoders: post-norm LayerNorms, non-causal unless the file says otherwise, no output head
+    "bert": Arch(graph="bert", act="gelu", rotary=False, eps=1e-12),
+    "nomic-bert": Arch(graph="bert", neox=True, eps=1e-12),
 }
 SUPPORTED_ARCHS = tuple(ARCHS)
 LLAMA_FAMILY = tuple(a for a, s in ARCHS.items() if s.graph == "llama")
+# llama.cpp's pooling types ({arch}.pooling_type, --pooling), by their numbers
+POOLING_TYPES = {-1: "unspecified", 0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}
 
 # Tensors a file may hold that no graph reads and that llama.cpp skips as well, with the reason. Empty
 # today: llama.cpp refuses a file whose tensors it does not all create ("wrong number of tensors").
@@ -77,6 +83,7 @@ class HParams:
     arch: str
     n_ctx_train: int
     n_ctx_orig: int = 0  # rope.scaling.original_context_length (LongRoPE's switch point)
+    pooling: str = "unspecified"  # the file's {arch}.pooling_type: how embeddings pool by default
     rope_long: TensorRef | None = None
     rope_short: TensorRef | None = None
 
@@ -190,19 +197,19 @@ def _dims(meta: Metadata, a: str, emb_shape: tuple[int, ...]) -> _Dims:
     return _Dims(E, n_head, n_head_kv, HD, n_rot, meta.get(K.FEED_FORWARD_LENGTH), V, meta.get(K.BLOCK_COUNT))
 
 
-def _refuse_unimplemented(meta: Metadata, a: str) -> None:
+def _refuse_unimplemented(meta: Metadata, a: str, spec: Arch) -> None:
     """Metadata llama.cpp reads for every architecture that would change what this engine computes."""
     experts = meta.get(K.EXPERT_COUNT, 0)
     if experts > 1:  # llama.cpp treats 0 and 1 as dense
         raise ModelError(f"metadata key {K.EXPERT_COUNT.resolve(a)} = {experts}: mixture-of-experts models are "
                          f"not supported")
-    if not meta.get(K.ATTENTION_CAUSAL, True):
-        raise ModelError(f"metadata key {K.ATTENTION_CAUSAL.resolve(a)} = false: non-causal attention is not "
-                         f"supported")
-    pooling = meta.get(K.POOLING_TYPE, 0)
-    if pooling not in (0, -1):  # none / unspecified
-        raise ModelError(f"metadata key {K.POOLING_TYPE.resolve(a)} = {pooling}: pooled embedding models are "
-                         f"not supported")
+    if spec.graph != "bert" and not meta.get(K.ATTENTION_CAUSAL, True):
+        raise ModelError(f"metadata key {K.ATTENTION_CAUSAL.resolve(a)} = false: non-causal attention is "
+                         f"supported for encoders (bert, nomic-bert) only")
+    pooling = meta.get(K.POOLING_TYPE, -1)
+    if pooling not in POOLING_TYPES:
+        raise ModelError(f"metadata key {K.POOLING_TYPE.resolve(a)} = {pooling} is not a pooling type "
+                         f"({', '.join(f'{k} {v}' for k, v in POOLING_TYPES.items())})")
 
 
 def _rope(meta: Metadata, a: str, n_ctx_train: int) -> tuple[str, float, RopeExt]:
@@ -250,7 +257,9 @@ def build_desc(f: ModelFile) -> tuple[HParams, ModelDesc]:
     a = _architecture(meta)
     spec = ARCHS[a]
     meta = meta.with_arch(a)
-    _refuse_unimplemented(meta, a)
+    _refuse_unimplemented(meta, a, spec)
+    if spec.graph == "bert":
+        return _build_encoder(ts, meta, a, spec, tuple(int(x) for x in emb.shape))
     d = _dims(meta, a, tuple(int(x) for x in emb.shape))
     n_ctx_train = meta.get(K.CONTEXT_LENGTH, 2048)
     norm_eps = meta.get(K.RMS_EPSILON, spec.eps)
@@ -267,7 +276,8 @@ def build_desc(f: ModelFile) -> tuple[HParams, ModelDesc]:
                          f"window is not supported for {a}")
     swa_base = meta.get(K.ROPE_FREQ_BASE_SWA, spec.swa_base if spec.swa_base is not None else rope_base)
     swa_scale = 1.0 if spec.swa_base is not None else rope_scale  # Gemma 3's local layers: never scaled
-    hp = HParams(arch=a, n_ctx_train=n_ctx_train, n_ctx_orig=rope_ext.n_ctx_orig)
+    hp = HParams(arch=a, n_ctx_train=n_ctx_train, n_ctx_orig=rope_ext.n_ctx_orig,
+                 pooling=POOLING_TYPES[meta.get(K.POOLING_TYPE, -1)])
 
     # the rotation's frequency factors, one tensor for every layer (llama.cpp: duplicated per layer)
     freqs = None
@@ -318,18 +328,76 @@ def build_desc(f: ModelFile) -> tuple[HParams, ModelDesc]:
         scale_q=spec.scale_q,
         rope=rope_ext,
     )
+    _refuse_unused(ts, a)
+    return hp, desc
+
+
+def _refuse_unused(ts: _Tensors, a: str) -> None:
     unused = ts.unused()
     if unused:
         more = f" and {len(unused) - 3} more" if len(unused) > 3 else ""
         raise ModelError(f"tensor {unused[0]} is not read by the {a} graph (unused: {', '.join(unused[:3])}{more}); "
                          f"this file needs a feature edgellama does not have")
-    return hp, desc
 
 
-def _layer(ts: _Tensors, spec: Arch, d: _Dims, p: str) -> LayerDesc:
-    E, QD, KVD, HD, F = d.E, d.QD, d.KVD, d.HD, d.F
-    attn_norm = ts.req(p + "attn_norm.weight", (E,), f32=True)
-    if ts.has(p + "attn_qkv.weight"):  # fused Q, K, V (Phi-3; any architecture llama.cpp loads it for)
+def _build_encoder(ts: _Tensors, meta: Metadata, a: str, spec: Arch, emb_shape: tuple[int, ...]
+                   ) -> tuple[HParams, ModelDesc]:
+    """bert and nomic-bert, as llama.cpp's bert graph: token (+ type row 0) (+ absolute position)
+    embeddings and a LayerNorm, then per layer attention with biases and a LayerNorm after the residual,
+    the FFN (GELU without a gate: bert; SwiGLU: nomic-bert) and a LayerNorm after the residual."""
+    d = _dims(meta, a, emb_shape)
+    if d.n_head_kv != d.n_head:
+        raise ModelError(f"{K.HEAD_COUNT_KV.resolve(a)} {d.n_head_kv} != {K.HEAD_COUNT.resolve(a)} {d.n_head}: "
+                         f"the {a} graph has as many KV heads as query heads")
+    n_ctx_train = meta.get(K.CONTEXT_LENGTH, 512)
+    rope_base = meta.get(K.ROPE_FREQ_BASE, spec.rope_base)
+    kind, rope_scale, rope_ext = _rope(meta, a, n_ctx_train) if spec.rotary else ("none", 1.0, RopeExt())
+    if kind not in ("none", "linear"):
+        raise ModelError(f"metadata key {K.ROPE_SCALING_TYPE.resolve(a)} = {kind!r} is not supported for {a}")
+    E, F = d.E, d.F
+    n_types = int(ts.by_name["token_types.weight"].shape[1]) if ts.has("token_types.weight") else 0
+    layers = []
+    for il in range(d.n_layer):
+        p = f"blk.{il}."
+        wq, wk, wv, bq, bk, bv = _qkv(ts, d, p)
+        L = LayerDesc(
+            attn_norm=ts.req(p + "attn_output_norm.weight", (E,), f32=True),
+            attn_norm_b=ts.req(p + "attn_output_norm.bias", (E,), f32=True),
+            wq=wq, wk=wk, wv=wv, bq=bq, bk=bk, bv=bv,
+            wo=ts.req(p + "attn_output.weight", (d.QD, E)),
+            bo=ts.get(p + "attn_output.bias", (E,), required=False, f32=True),
+            ffn_norm=ts.req(p + "layer_output_norm.weight", (E,), f32=True),
+            ffn_norm_b=ts.req(p + "layer_output_norm.bias", (E,), f32=True),
+            w_gate=ts.req(p + "ffn_gate.weight", (E, F)) if spec.act == "silu" else None,
+            w_up=ts.req(p + "ffn_up.weight", (E, F)), b_up=ts.get(p + "ffn_up.bias", (F,), required=False, f32=True),
+            w_down=ts.req(p + "ffn_down.weight", (F, E)),
+            b_down=ts.get(p + "ffn_down.bias", (E,), required=False, f32=True),
+            rope_base=rope_base, rope_scale=rope_scale, no_rope=not spec.rotary,
+        )
+        layers.append(L)
+    desc = ModelDesc(
+        arch="bert", act=spec.act, rope_neox=spec.neox,
+        n_layer=d.n_layer, n_embd=E, n_head=d.n_head, n_head_kv=d.n_head_kv, head_dim=d.HD, n_rot=d.n_rot,
+        n_ff=F, n_vocab=d.V, norm_eps=meta.get(K.LAYERNORM_EPSILON, spec.eps), emb_scale=1.0,
+        attn_scale=1.0 / math.sqrt(d.HD),
+        tok_embd=ts.req("token_embd.weight", (E, d.V)), output_norm=None, output=None, layers=layers,
+        rope=rope_ext,
+        type_embd=ts.req("token_types.weight", (E, n_types)) if n_types else None,
+        pos_embd=None if spec.rotary else ts.req("position_embd.weight", (E, n_ctx_train)),
+        tok_norm=ts.req("token_embd_norm.weight", (E,), f32=True),
+        tok_norm_b=ts.req("token_embd_norm.bias", (E,), f32=True),
+        non_causal=not meta.get(K.ATTENTION_CAUSAL, False),
+    )
+    _refuse_unused(ts, a)
+    pooling = POOLING_TYPES[meta.get(K.POOLING_TYPE, -1)]
+    return HParams(arch=a, n_ctx_train=n_ctx_train, pooling=pooling), desc
+
+
+def _qkv(ts: _Tensors, d: _Dims, p: str) -> tuple[TensorRef, TensorRef, TensorRef,
+                                                   TensorRef | None, TensorRef | None, TensorRef | None]:
+    """A layer's Q, K, V weights and optional biases, separate or fused (attn_qkv: their rows stacked)."""
+    E, QD, KVD = d.E, d.QD, d.KVD
+    if ts.has(p + "attn_qkv.weight"):
         qkv = ts.req(p + "attn_qkv.weight", (E, QD + 2 * KVD))
         wq, wk, wv = _rows(qkv, 0, QD), _rows(qkv, QD, KVD), _rows(qkv, QD + KVD, KVD)
         fused_b = ts.get(p + "attn_qkv.bias", (QD + 2 * KVD,), required=False, f32=True)
@@ -337,15 +405,18 @@ def _layer(ts: _Tensors, spec: Arch, d: _Dims, p: str) -> LayerDesc:
         wq, wk, wv = ts.req(p + "attn_q.weight", (E, QD)), ts.req(p + "attn_k.weight", (E, KVD)), \
             ts.req(p + "attn_v.weight", (E, KVD))
         fused_b = None
-    bq: TensorRef | None
-    bk: TensorRef | None
-    bv: TensorRef | None
     if fused_b is not None:
-        bq, bk, bv = _rows(fused_b, 0, QD), _rows(fused_b, QD, KVD), _rows(fused_b, QD + KVD, KVD)
-    else:
-        bq = ts.get(p + "attn_q.bias", (QD,), required=False, f32=True)
-        bk = ts.get(p + "attn_k.bias", (KVD,), required=False, f32=True)
-        bv = ts.get(p + "attn_v.bias", (KVD,), required=False, f32=True)
+        return wq, wk, wv, _rows(fused_b, 0, QD), _rows(fused_b, QD, KVD), _rows(fused_b, QD + KVD, KVD)
+    return (wq, wk, wv, ts.get(p + "attn_q.bias", (QD,), required=False, f32=True),
+            ts.get(p + "attn_k.bias", (KVD,), required=False, f32=True),
+            ts.get(p + "attn_v.bias", (KVD,), required=False, f32=True))
+
+
+def _layer(ts: _Tensors, spec: Arch, d: _Dims, p: str) -> LayerDesc:
+    E, QD, HD, F = d.E, d.QD, d.HD, d.F
+    attn_norm = ts.req(p + "attn_norm.weight", (E,), f32=True)
+    # fused Q, K, V (Phi-3; any architecture llama.cpp loads it for) or separate
+    wq, wk, wv, bq, bk, bv = _qkv(ts, d, p)
     if spec.fused_ffn:  # Phi-3: one matrix, the gate's F rows then the up projection's F rows
         up2 = ts.req(p + "ffn_up.weight", (E, 2 * F))
         w_gate, w_up = _rows(up2, 0, F), _rows(up2, F, F)
@@ -385,6 +456,8 @@ CHECKED = {
     "smollm3": "synthetic files, logits against llama.cpp on the same file",
     "phi3": "synthetic files (fused QKV and gate+up, partial rotary, LongRoPE), logits against llama.cpp",
     "gemma2": "synthetic files (soft-capping, alternating sliding window), logits against llama.cpp",
+    "bert": "real model (all-MiniLM-L6-v2, converted): embeddings against llama.cpp's on the same file",
+    "nomic-bert": "synthetic files (fused QKV, rotary, SwiGLU): embeddings against llama.cpp's",
 }
 
 
@@ -394,6 +467,12 @@ def support(f: ModelFile) -> tuple[bool, str]:
         hp, d = build_desc(f)
     except ModelError as exc:
         return False, str(exc)
+    if d.arch == "bert":
+        feats = [f"bert graph (encoder, {'non-causal' if d.non_causal else 'causal'})",
+                 "absolute positions" if d.pos_embd is not None else f"NeoX rotation of {d.n_rot}/{d.head_dim} dims",
+                 f"{d.n_head} heads", "gated SiLU FFN" if d.act == "silu" else "GELU FFN",
+                 f"embeddings only, pooling {hp.pooling}"]
+        return True, f"{'; '.join(feats)} (checked: {CHECKED[hp.arch]})"
     feats = [f"{d.arch} graph", f"{'NeoX' if d.rope_neox else 'normal'} rotation of {d.n_rot}/{d.head_dim} dims",
              f"{d.n_head} query / {d.n_head_kv} KV heads"]
     if any(L.rope_freqs is not None for L in d.layers) or hp.rope_long is not None:

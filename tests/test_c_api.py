@@ -150,7 +150,7 @@ def test_pure_ggml_type_table_agrees_with_the_c_library() -> None:
 def test_binding_names_are_the_c_enums() -> None:
     from edgellama.native import engine
 
-    assert engine.ARCHS == {"llama": lib.EL_ARCH_LLAMA, "gemma3": lib.EL_ARCH_GEMMA3}
+    assert engine.ARCHS == {"llama": lib.EL_ARCH_LLAMA, "gemma3": lib.EL_ARCH_GEMMA3, "bert": lib.EL_ARCH_BERT}
     assert engine.ACTS == {"silu": lib.EL_ACT_SILU, "gelu": lib.EL_ACT_GELU}
     assert engine.NUMERICS == {"native": lib.EL_NUMERICS_NATIVE, "llamacpp": lib.EL_NUMERICS_LLAMACPP}
     assert engine.KV_TYPES == {"f32": lib.EL_TYPE_F32, "f16": lib.EL_TYPE_F16, "q8_0": lib.EL_TYPE_Q8_0}

@@ -26,7 +26,10 @@ class TensorRef:
 
 # The per-layer tensors, named as the fields of LayerDesc and of the C struct el_layer.
 LAYER_TENSORS = ("attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "q_norm", "k_norm",
-                 "attn_post_norm", "ffn_norm", "w_gate", "w_up", "w_down", "ffn_post_norm", "rope_freqs")
+                 "attn_post_norm", "ffn_norm", "w_gate", "w_up", "w_down", "ffn_post_norm", "rope_freqs",
+                 "bo", "b_up", "b_down", "attn_norm_b", "ffn_norm_b")
+# BERT's input tensors, named as the fields of ModelDesc and of the C struct el_model_desc.
+INPUT_TENSORS = ("type_embd", "pos_embd", "tok_norm", "tok_norm_b")
 
 
 @dataclass
@@ -37,7 +40,7 @@ class LayerDesc:
     wv: TensorRef
     wo: TensorRef
     ffn_norm: TensorRef
-    w_gate: TensorRef
+    w_gate: TensorRef | None  # None: an FFN without a gate (BERT)
     w_up: TensorRef
     w_down: TensorRef
     bq: TensorRef | None = None
@@ -48,6 +51,11 @@ class LayerDesc:
     attn_post_norm: TensorRef | None = None
     ffn_post_norm: TensorRef | None = None
     rope_freqs: TensorRef | None = None  # F32 divisors of the n_rot/2 rotation frequencies
+    bo: TensorRef | None = None  # biases of wo, w_up, w_down (BERT)
+    b_up: TensorRef | None = None
+    b_down: TensorRef | None = None
+    attn_norm_b: TensorRef | None = None  # BERT: attn_norm and ffn_norm are post-norm LayerNorms with biases
+    ffn_norm_b: TensorRef | None = None
     rope_base: float = 10000.0
     rope_scale: float = 1.0
     window: int = 0
@@ -68,7 +76,7 @@ class RopeExt:
 
 @dataclass
 class ModelDesc:
-    arch: str  # the forward pass: "llama" or "gemma3" (enum el_arch)
+    arch: str  # the forward pass: "llama", "gemma3" or "bert" (enum el_arch)
     act: str  # the FFN activation: "silu" or "gelu" (enum el_act)
     rope_neox: bool
     n_layer: int
@@ -83,13 +91,18 @@ class ModelDesc:
     emb_scale: float
     attn_scale: float
     tok_embd: TensorRef
-    output_norm: TensorRef
+    output_norm: TensorRef | None  # None only for "bert" (no output head)
     output: TensorRef | None
     layers: list[LayerDesc] = field(default_factory=list)
     attn_softcap: float = 0.0  # cap * tanh(score / cap) of every attention score; 0: none
     final_softcap: float = 0.0  # the same on the logits
     scale_q: bool = False  # attn_scale multiplies Q after RoPE (llama.cpp's phi3 and Gemma graphs), not the scores
     rope: RopeExt = field(default_factory=RopeExt)
+    type_embd: TensorRef | None = None  # BERT's input: row 0 added to every token
+    pos_embd: TensorRef | None = None  # absolute position embeddings
+    tok_norm: TensorRef | None = None  # the LayerNorm of the input
+    tok_norm_b: TensorRef | None = None
+    non_causal: bool = False  # every token sees its whole sequence (BERT)
 
 
 def c_int32(what: str, value: int) -> int:

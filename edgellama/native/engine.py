@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from edgellama.native import lora
 from edgellama.native.desc import (
+    INPUT_TENSORS,
     INT32_MAX,
     INT32_MIN,
     LAYER_TENSORS,
@@ -133,6 +134,9 @@ def _c_desc(desc: ModelDesc) -> tuple[Any, list[Any]]:
     _fill_tensor(d.tok_embd, desc.tok_embd, keep)
     _fill_tensor(d.output_norm, desc.output_norm, keep)
     _fill_tensor(d.output, desc.output, keep)
+    for name in INPUT_TENSORS:
+        _fill_tensor(getattr(d, name), getattr(desc, name), keep)
+    d.non_causal = int(desc.non_causal)
     d.layers = layers
     return d, keep
 
@@ -303,6 +307,17 @@ class Engine:
         """One forward pass over entries of several sequences (entry i: token tokens[i] of sequence
         seqs[i] at positions[i], which continue that sequence's cache in order). Returns the logits of
         the entries with want[i], in entry order (n_want x n_vocab)."""
+        return self._decode(seqs, tokens, positions, want, embd=False)
+
+    def decode_embd(self, seqs: list[int], tokens: list[int], positions: list[int], want: list[bool]
+                    ) -> npt.NDArray[np.float32]:
+        """decode's pass, returning for each entry with want[i] the hidden state the output head reads
+        (n_want x n_embd, after the output norm; an encoder's last layer): what embeddings pool. A
+        non-causal model (BERT) takes each sequence whole, in one call, from an empty cache."""
+        return self._decode(seqs, tokens, positions, want, embd=True)
+
+    def _decode(self, seqs: list[int], tokens: list[int], positions: list[int], want: list[bool], embd: bool
+                ) -> npt.NDArray[np.float32]:
         n = len(tokens)
         if not 1 <= n <= self.n_batch or not len(seqs) == len(positions) == len(want) == n:
             raise ValueError(f"a batch holds 1..{self.n_batch} entries, each with a sequence, token, position "
@@ -314,15 +329,22 @@ class Engine:
             raise ValueError("a sequence id, token id or position does not fit a 32-bit integer") from None
         b["logits"] = [1 if w else 0 for w in want]
         n_want = int(b["logits"].sum())
-        out = np.empty((n_want, self.desc.n_vocab), dtype=np.float32)
+        out = np.empty((n_want, self.desc.n_embd if embd else self.desc.n_vocab), dtype=np.float32)
+        call = lib.el_model_decode_embd if embd else lib.el_model_decode
         with self._lock:
-            status = lib.el_model_decode(self._model, ffi.from_buffer("el_batch_entry[]", b), n,
-                                         ffi.from_buffer("float[]", out) if n_want else ffi.NULL)
+            status = call(self._model, ffi.from_buffer("el_batch_entry[]", b), n,
+                          ffi.from_buffer("float[]", out) if n_want else ffi.NULL)
             past = ({s: int(lib.el_model_seq_n_past(self._model, s)) for s in set(seqs) if 0 <= s < self.n_seq}
                     if status == lib.EL_ECTX else {})
+        if status == lib.EL_ECTX and self.desc.non_causal:
+            raise KernelError(f"decoding {n} entries: a non-causal model takes each sequence whole, in one batch "
+                              f"from position 0 of an empty sequence, within the context of {self.n_ctx} "
+                              f"(cached positions {past})", status)
         if status == lib.EL_ECTX:
             raise KernelError(f"decoding {n} entries: positions must continue each sequence's cache "
                               f"(next positions {past}) within the context of {self.n_ctx}", status)
+        if status == lib.EL_EUNSUPPORTED and self.desc.arch == "bert":
+            raise ValueError("this is an embedding model (an encoder): it has no output head, so no logits")
         if status == lib.EL_EUNSUPPORTED:
             raise ValueError(f"{self.numerics} numerics evaluates one sequence per batch (its bits are llama.cpp's "
                              f"per sequence); this batch mixes sequences {sorted(set(seqs))}")
