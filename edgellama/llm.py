@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from edgellama import session
 from edgellama.completion import CompletionAPI
+from edgellama.embedding import Embedder, EmbeddingError, normalize, resolve_pooling
 from edgellama.generation import Event, Generation, Timings
 from edgellama.gguf.metadata import Metadata
 from edgellama.gguf.split import iter_pieces, open_model_file
@@ -34,6 +35,8 @@ from edgellama.tokenizers.tokenizer import tokenizer_from_metadata
 from edgellama.wiring import build_desc, for_context
 
 DEFAULT_CTX = 4096
+EMBD_CTX = 512  # embeddings: the context per text when none is given (llama-cpp-python's default)
+EMBD_SEQS = 4  # embeddings: texts evaluated together in one forward pass (each a sequence)
 __all__ = ["DEFAULT_CTX", "LLM", "ContextFull", "Event", "LLMBusy", "Timings", "default_threads"]
 
 
@@ -87,8 +90,9 @@ class LLM(CompletionAPI):
                  n_threads: int | None = None, kv_type: str = "f16", mem_budget: int | None = None,
                  n_keep: int = 0, context_shift: bool = True, numerics: str = "native", *,
                  model_path: str | Path | None = None, chat_format: str | None = None, seed: int | None = None,
-                 verbose: bool = True, n_gpu_layers: int = 0, n_seq: int = 1,
-                 loras: Sequence[tuple[str | Path | Any, float]] = ()) -> None:
+                 verbose: bool = True, n_gpu_layers: int = 0, n_seq: int | None = None,
+                 loras: Sequence[tuple[str | Path | Any, float]] = (), embedding: bool = False,
+                 pooling: str | None = None) -> None:
         """path (or llama-cpp-python's model_path): a GGUF file or a known name (`edgellama list`).
         n_ctx None: the largest context within mem_budget (up to the model's training context), or
         min(training context, 4096) without a budget. Raises memplan.BudgetError, with the plan, when
@@ -99,7 +103,10 @@ class LLM(CompletionAPI):
         (each a KV cache of n_ctx, all counted by the plan) for edgellama.slots.Slots; this LLM's own
         calls use sequence 0. loras: (adapter, scale) pairs, an adapter a GGUF LoRA file (checked against
         this model) or a read edgellama.lora.adapter.LoraAdapter, applied in this order with these
-        scales on every sequence (llama.cpp's --lora / --lora-scaled); the plan counts them."""
+        scales on every sequence (llama.cpp's --lora / --lora-scaled); the plan counts them.
+        embedding (always on for an encoder such as BERT): embed() and create_embedding() work, pooled
+        by pooling (none, mean, cls, last) or the file's pooling type; n_ctx then defaults to
+        min(training context, 512) per text and n_seq (texts per forward pass) to 4."""
         t0 = time.perf_counter()
         if (path is None) == (model_path is None):
             raise TypeError("give the model as path or model_path, exactly once")
@@ -110,9 +117,19 @@ class LLM(CompletionAPI):
         self.file = open_model_file(self.path)
         try:
             self.hp, self.desc = build_desc(self.file)
+            self.embedding = embedding or self.desc.arch == "bert"
+            self.pooling = resolve_pooling(pooling, self.hp.pooling) if self.embedding else "none"
             adapters = [(self._read_lora(ad), float(scale)) for ad, scale in loras]
+            if adapters and self.desc.arch == "bert":
+                raise ValueError(f"LoRA adapters are not supported on the {self.hp.arch} encoder")
             threads = n_threads or default_threads()
             train = self.hp.n_ctx_train or DEFAULT_CTX
+            if self.embedding and not (n_ctx and n_ctx > 0):
+                n_ctx = min(train, EMBD_CTX)
+            if self.desc.non_causal:  # an encoder's text is one batch: the whole context
+                n_batch = max(n_batch, n_ctx or train)
+            if n_seq is None:
+                n_seq = EMBD_SEQS if self.embedding else 1
             ctx_max = train if mem_budget is not None else min(train, DEFAULT_CTX)
             self.plan: MemoryPlan = choose_plan(self.desc, n_ctx if n_ctx and n_ctx > 0 else None, ctx_max,
                                                 n_batch, kv_type, threads, mem_budget, numerics, n_seq,
@@ -143,7 +160,62 @@ class LLM(CompletionAPI):
         self.kv_type = kv_type
         self.n_prompt_evaluated = 0
         self.seq = KVSequence(self.engine, 0, self.n_ctx, n_keep, context_shift)  # what sequence 0 holds
+        self.embedder = Embedder(self.engine, self.n_ctx, self.n_batch, self.engine.n_seq, self.pooling,
+                                 self.desc.non_causal)
         self.load_ms = (time.perf_counter() - t0) * 1000.0
+
+    # ---- embeddings ----
+    def embed_tokens(self, texts: Sequence[Sequence[int]], embd_normalize: int = 2
+                     ) -> list[npt.NDArray[np.float32]]:
+        """One array per token list: the pooled vector (n_embd), or n_tokens x n_embd with pooling none,
+        normalized as llama.cpp's --embd-normalize (2: euclidean). Raises EmbeddingError for a text longer
+        than the context. Clears the cache (the texts run in the engine's sequences)."""
+        if not self.embedding:
+            raise EmbeddingError("this LLM was loaded without embedding=True (the command's --embedding)")
+        with self._turn.take("embed"):
+            self.seq.tokens = []  # sequence 0 is one of the texts' sequences
+            return [normalize(v, embd_normalize) for v in self.embedder.embed(texts)]
+
+    def _embed_input(self, input: str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]], truncate: bool
+                     ) -> tuple[list[list[int]], bool]:
+        """Token lists of an input as llama-cpp-python and OpenAI take it (a string, strings, a token
+        list, token lists) and whether it was a single one."""
+        if isinstance(input, str):
+            items: list[Any] = [input]
+            single = True
+        else:
+            items = list(input)
+            single = bool(items) and all(isinstance(x, int) for x in items)
+            if single:
+                items = [items]
+        texts = [self.tokenize(x) if isinstance(x, str) else [int(t) for t in x] for x in items]
+        for i, t in enumerate(texts):
+            if any(not 0 <= tok < self.n_vocab for tok in t):
+                raise EmbeddingError(f"input {i}: a token id outside 0..{self.n_vocab - 1}")
+        if truncate:
+            texts = [t[:self.embedder.max_tokens] for t in texts]
+        return texts, single
+
+    def embed(self, input: str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]], normalize: bool = False,
+              truncate: bool = True, return_count: bool = False) -> Any:
+        """llama-cpp-python's Llama.embed: a list of floats for one input, a list of them for several
+        (pooling none: a list per token); normalize: euclidean; truncate: cut each text to the context
+        (else a longer one raises EmbeddingError); return_count: also the number of tokens."""
+        texts, single = self._embed_input(input, truncate)
+        vecs = self.embed_tokens(texts, 2 if normalize else -1)
+        out = [v.tolist() for v in vecs]
+        result = out[0] if single else out
+        return (result, sum(len(t) for t in texts)) if return_count else result
+
+    def create_embedding(self, input: str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]],
+                         model: str | None = None) -> dict[str, Any]:
+        """llama-cpp-python's (and OpenAI's) embedding response: data[i].embedding per input, usage."""
+        texts, _ = self._embed_input(input, truncate=True)
+        vecs = self.embed_tokens(texts, -1)
+        n = sum(len(t) for t in texts)
+        return {"object": "list", "model": model or self.path.name,
+                "data": [{"object": "embedding", "embedding": v.tolist(), "index": i} for i, v in enumerate(vecs)],
+                "usage": {"prompt_tokens": n, "total_tokens": n}}
 
     # ---- LoRA adapters ----
     def _read_lora(self, adapter: str | Path | Any) -> Any:

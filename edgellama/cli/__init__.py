@@ -1,4 +1,4 @@
-"""The `edgellama` command: one subcommand per job (run, perplexity, bench, info, pull, list, split, merge, quantize,
+"""The `edgellama` command: one subcommand per job (run, embed, perplexity, bench, info, pull, list, split, merge, quantize,
 export-lora, convert).
 
 Every expected failure (bad file, bad flag, missing model, prompt too long) ends as one line on
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         bench,
         client,
         convert,
+        embed,
         export_lora,
         info,
         install_service,
@@ -45,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for mod in (run, perplexity, bench, info, models, serve, client, install_service, split, quantize, export_lora,
-                convert):
+    for mod in (run, embed, perplexity, bench, info, models, serve, client, install_service, split, quantize,
+                export_lora, convert):
         mod.add_parser(sub)
     return p
 

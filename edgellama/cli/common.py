@@ -184,4 +184,5 @@ def load(args: argparse.Namespace):  # -> LLM (import kept lazy: `info` must sta
                n_threads=args.threads or None, kv_type=args.cache_type, mem_budget=budget, n_keep=args.keep,
                context_shift=not args.no_context_shift, numerics=args.numerics,
                chat_format=getattr(args, "chat_template", None), seed=getattr(args, "seed", None),
-               n_seq=getattr(args, "parallel", 1), loras=lora_list(getattr(args, "lora", [])))
+               n_seq=getattr(args, "parallel", None), loras=lora_list(getattr(args, "lora", [])),
+               embedding=getattr(args, "embedding", False), pooling=getattr(args, "pooling", None))
