@@ -60,14 +60,29 @@ class Spec:
     post_norms: bool = False  # gemma2: post_attention_norm and post_ffw_norm
     logit_std: float = 3.0
     qk_gain: float = 1.0  # Q and K weights' std times this: attention scores of std ~qk_gain**2
+    pooling: int | None = None  # encoders: {arch}.pooling_type (1 mean, 2 cls)
+
+    @property
+    def encoder(self) -> bool:
+        return self.arch in ENCODERS
 
     @property
     def n_embd_head(self) -> int:
         return self.head_dim or self.n_embd // self.n_head
 
 
+ENCODERS = ("bert", "nomic-bert")
+
 # The models; a comment names the real model each one imitates in shape.
 MODELS: dict[str, Spec] = {
+    # bge-small / all-MiniLM: WordPiece vocabulary, absolute positions, biases everywhere, GELU FFN, LayerNorms
+    # after each block, mean pooling
+    "bert": Spec("bert", "bert-bge", 384, 2, 12, 12, 1536, rope_base=None, rms_eps=1e-12, n_ctx_train=512,
+                 pooling=1),
+    # nomic-embed-text-v1.5: fused QKV without bias, NeoX rotary (base 1000), SwiGLU FFN without biases, token
+    # types, mean pooling (its own vocabulary is bert-base-uncased's, as bert-bge's)
+    "nomic-bert": Spec("nomic-bert", "bert-bge", 256, 2, 4, 4, 768, rope_base=1000.0, rms_eps=1e-12,
+                       n_ctx_train=2048, fused=True, pooling=1),
     # Llama 2 / TinyLlama: SentencePiece vocabulary, untied output, GQA 4:1, head 64
     "llama": Spec("llama", "llama-spm", 256, 2, 4, 1, 768, tied=False, n_ctx_train=2048),
     # Llama 3.2 1B: BPE vocabulary (128256), tied, rope_freqs.weight as convert_hf_to_gguf computes it
@@ -158,6 +173,8 @@ def tensor_shapes(spec: Spec, n_vocab: int) -> dict[str, tuple[int, ...]]:
     """Every tensor of the file, GGUF order of dims (ne0 = row length first), as llama.cpp loads them."""
     E, F, HD = spec.n_embd, spec.n_ff, spec.n_embd_head
     QD, KVD = spec.n_head * HD, spec.n_head_kv * HD
+    if spec.encoder:
+        return _encoder_shapes(spec, n_vocab)
     shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (E, n_vocab), "output_norm.weight": (E,)}
     if not spec.tied:
         shapes["output.weight"] = (E, n_vocab)
@@ -192,6 +209,39 @@ def tensor_shapes(spec: Spec, n_vocab: int) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def _encoder_shapes(spec: Spec, n_vocab: int) -> dict[str, tuple[int, ...]]:
+    """bert: separate Q/K/V with biases, position embeddings, GELU FFN with biases; nomic-bert: attn_qkv,
+    rotary, gate/up/down without biases. Both: token types, an input LayerNorm, post-norm LayerNorms."""
+    E, F = spec.n_embd, spec.n_ff
+    nomic = spec.arch == "nomic-bert"
+    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (E, n_vocab), "token_types.weight": (E, 2)}
+    if not nomic:
+        shapes["position_embd.weight"] = (E, spec.n_ctx_train)
+    shapes.update({"token_embd_norm.weight": (E,), "token_embd_norm.bias": (E,)})
+    for il in range(spec.n_layer):
+        p = f"blk.{il}."
+        if nomic:
+            shapes[p + "attn_qkv.weight"] = (E, 3 * E)
+        else:
+            for t in ("q", "k", "v"):
+                shapes[p + f"attn_{t}.weight"] = (E, E)
+                shapes[p + f"attn_{t}.bias"] = (E,)
+        shapes[p + "attn_output.weight"] = (E, E)
+        if not nomic:
+            shapes[p + "attn_output.bias"] = (E,)
+        shapes.update({p + "attn_output_norm.weight": (E,), p + "attn_output_norm.bias": (E,)})
+        if nomic:
+            shapes[p + "ffn_gate.weight"] = (E, F)
+        shapes[p + "ffn_up.weight"] = (E, F)
+        if not nomic:
+            shapes[p + "ffn_up.bias"] = (F,)
+        shapes[p + "ffn_down.weight"] = (F, E)
+        if not nomic:
+            shapes[p + "ffn_down.bias"] = (E,)
+        shapes.update({p + "layer_output_norm.weight": (E,), p + "layer_output_norm.bias": (E,)})
+    return shapes
+
+
 def _weights(spec: Spec, name: str, shape: tuple[int, ...], seed: int) -> npt.NDArray[np.float32]:
     """One tensor's values; its own generator (seed, name), so adding or dropping a tensor or a feature
     leaves every other tensor's values as they were."""
@@ -211,8 +261,29 @@ def _weights(spec: Spec, name: str, shape: tuple[int, ...], seed: int) -> npt.ND
     return x
 
 
+def _encoder_keys(w: GGUFWriter, spec: Spec, kind: str) -> None:
+    """What conversion/bert.py writes for BertModel / NomicBertModel."""
+    a = spec.arch
+    w.add("general.name", f"edgellama synthetic {kind}")
+    w.add(f"{a}.block_count", spec.n_layer, V.UINT32)
+    w.add(f"{a}.context_length", spec.n_ctx_train, V.UINT32)
+    w.add(f"{a}.embedding_length", spec.n_embd, V.UINT32)
+    w.add(f"{a}.feed_forward_length", spec.n_ff, V.UINT32)
+    w.add(f"{a}.attention.head_count", spec.n_head, V.UINT32)
+    w.add(f"{a}.attention.layer_norm_epsilon", spec.rms_eps, V.FLOAT32)
+    w.add(f"{a}.attention.causal", False, V.BOOL)
+    if spec.pooling is not None:
+        w.add(f"{a}.pooling_type", spec.pooling, V.UINT32)
+    if spec.rope_base is not None:
+        w.add(f"{a}.rope.freq_base", spec.rope_base, V.FLOAT32)
+    w.add("general.file_type", 0, V.UINT32)
+
+
 def _model_keys(w: GGUFWriter, spec: Spec, kind: str, n_vocab: int) -> None:
     a = spec.arch
+    if spec.encoder:
+        _encoder_keys(w, spec, kind)
+        return
     w.add("general.name", f"edgellama synthetic {kind}")
     w.add(f"{a}.context_length", spec.n_ctx_train, V.UINT32)
     w.add(f"{a}.embedding_length", spec.n_embd, V.UINT32)
@@ -280,7 +351,11 @@ def write_arch_model(path: Path, kind: str, *, qtype: str = "F32", seed: int = 0
     w = GGUFWriter(path, arch=spec.arch)
     _model_keys(w, spec, kind, n_vocab)
     for k in tok_keys:  # the vocabulary bit for bit, types and all
+        if spec.encoder and k == "tokenizer.ggml.token_type_count":
+            continue  # written below: this model has 2 token types
         w.add_kv_bytes(k, tok_bytes[k])
+    if spec.encoder:
+        w.add("tokenizer.ggml.token_type_count", 2, V.UINT32)
     fixed: dict[str, npt.NDArray[np.float32]] = {}
     if spec.llama3_rope:
         fixed["rope_freqs.weight"] = llama3_rope_factors(spec)

@@ -180,11 +180,88 @@ def llamacpp_logits(site: Path, model_path: Path, prompts: list[list[int]], n_ct
     return llamacpp_run(site, model_path, prompts, n_ctx, **kwargs).logits
 
 
+POOLING = {"none": 0, "mean": 1, "cls": 2, "last": 3}  # enum llama_pooling_type
+
+
+def llamacpp_embeddings(site: Path, model_path: Path, prompts: list[list[int]], n_ctx: int, pooling: str, *,
+                        n_threads: int = 1, kv_type: str = "f32", timeout: float = 900.0
+                        ) -> list[npt.NDArray[np.float32]]:
+    """llama.cpp's embeddings (llama_get_embeddings_seq after one llama_decode of each prompt from an empty
+    memory, as llama-embedding does it; unnormalized) with POOLING, one vector per prompt (pooling none: one
+    per token, n_tokens x n_embd)."""
+    if not prompts or not all(prompts):
+        raise ValueError("give at least one non-empty prompt")
+    with tempfile.TemporaryDirectory(prefix="llamacpp-peer-") as tmp:
+        out = Path(tmp)
+        req = {"site": str(site), "model": str(model_path), "prompts": prompts, "n_ctx": n_ctx,
+               "n_threads": n_threads, "kv_type": kv_type, "flash_attn": False, "out": str(out),
+               "embed": pooling}
+        (out / "request.json").write_text(json.dumps(req))
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", str(out / "request.json")],
+                              capture_output=True, text=True, timeout=timeout, check=False, cwd=tmp)
+        if proc.returncode != 0:
+            tail = "\n".join(proc.stderr.strip().splitlines()[-25:])
+            raise RuntimeError(f"llama.cpp embeddings on {model_path} failed (exit {proc.returncode}):\n{tail}")
+        return [np.load(out / f"embd{i}.npy") for i in range(len(prompts))]
+
+
+def _embed_worker(lc: Any, req: dict[str, Any]) -> None:
+    out = Path(req["out"])
+    prompts: list[list[int]] = req["prompts"]
+    n_batch = max(len(p) for p in prompts)
+    model = lc.llama_model_load_from_file(req["model"].encode(), lc.llama_model_default_params())
+    if not model:
+        raise SystemExit(f"llama.cpp could not load {req['model']}")
+    cp = lc.llama_context_default_params()
+    cp.n_ctx = req["n_ctx"]
+    cp.n_batch = cp.n_ubatch = n_batch  # an encoder's sequence must be one ubatch
+    cp.n_seq_max = 1
+    cp.n_threads = cp.n_threads_batch = req["n_threads"]
+    cp.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    cp.type_k = cp.type_v = KV_TYPES[req["kv_type"]]
+    cp.embeddings = True
+    cp.pooling_type = POOLING[req["embed"]]
+    cp.no_perf = True
+    ctx = lc.llama_init_from_model(model, cp)
+    if not ctx:
+        raise SystemExit("llama.cpp could not create the context")
+    mem = lc.llama_get_memory(ctx)
+    n_embd = int(lc.llama_model_n_embd(model))
+    batch = lc.llama_batch_init(n_batch, 0, 1)
+    for i, prompt in enumerate(prompts):
+        if mem:
+            lc.llama_memory_clear(mem, True)
+        for k, tok in enumerate(prompt):
+            batch.token[k] = tok
+            batch.pos[k] = k
+            batch.n_seq_id[k] = 1
+            batch.seq_id[k][0] = 0
+            batch.logits[k] = True
+        batch.n_tokens = len(prompt)
+        rc = lc.llama_decode(ctx, batch)
+        if rc != 0:
+            raise SystemExit(f"llama_decode returned {rc}")
+        if req["embed"] == "none":
+            e = np.stack([np.ctypeslib.as_array(lc.llama_get_embeddings_ith(ctx, k), shape=(n_embd,)).copy()
+                          for k in range(len(prompt))])
+        else:
+            e = np.ctypeslib.as_array(lc.llama_get_embeddings_seq(ctx, 0), shape=(n_embd,)).copy()
+        np.save(out / f"embd{i}.npy", e)
+    lc.llama_batch_free(batch)
+    lc.llama_free(ctx)
+    lc.llama_model_free(model)
+
+
 # ---- the worker (runs in the subprocess; llama_cpp from the site folder) ----
 def _worker(request: Path) -> None:
     req = json.loads(request.read_text())
     sys.path.insert(0, req["site"])
     import llama_cpp as lc
+
+    if req.get("embed"):
+        lc.llama_backend_init()
+        _embed_worker(lc, req)
+        return
 
     out = Path(req["out"])
     prompts: list[list[int]] = req["prompts"]

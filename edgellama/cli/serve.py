@@ -35,9 +35,15 @@ def add_parser(sub: Any) -> None:
                    help=f"socket path (default {DEFAULT_SOCKET}, or none when --serial is given); a socket "
                         "passed by systemd (LISTEN_FDS) wins")
     p.add_argument("--socket-mode", type=_mode, default=0o660, help="permissions of a socket we create (octal)")
-    p.add_argument("--parallel", type=int, default=1,
+    p.add_argument("--parallel", "-np", type=int, default=None,
                    help="slots: requests decoded at once, in one forward pass per step (each slot has its own "
-                        "KV cache of -c tokens: the memory plan counts them all)")
+                        "KV cache of -c tokens: the memory plan counts them all); with --embedding also the texts "
+                        "evaluated together (default: 1, with --embedding 4)")
+    p.add_argument("--embedding", "--embeddings", action="store_true",
+                   help="serve embeddings (/embedding, /v1/embeddings, protocol v1 `embedding`); the context then "
+                        "defaults to 512 tokens per text (give -c for chat on the same model)")
+    p.add_argument("--pooling", choices=("none", "mean", "cls", "last"), default=None,
+                   help="with --embedding: how token vectors become one per text (default: the model's, else none)")
     p.add_argument("--queue", type=int, default=8, help="requests waiting for a slot before `busy` errors")
     p.add_argument("--max-tokens", type=int, default=512, help="most tokens one request may generate")
     p.add_argument("--max-line", type=int, default=65536,
@@ -114,6 +120,12 @@ def serial_ports(args: argparse.Namespace) -> list[Any]:
 
 def check(args: argparse.Namespace) -> None:
     check_model_args(args)
+    if args.parallel is None:
+        from edgellama.llm import EMBD_SEQS
+
+        args.parallel = EMBD_SEQS if args.embedding else 1
+    if args.pooling is not None and not args.embedding:
+        raise ValueError("--pooling is a setting of --embedding")
     if not 1 <= args.parallel <= 256:
         raise ValueError("--parallel must be in 1..256")
     if args.parallel > 1 and args.numerics != "native":
@@ -175,7 +187,7 @@ def serve(args: argparse.Namespace) -> int:
     opts = ServeOptions(socket_path=socket_path, socket_mode=args.socket_mode, max_line=args.max_line,
                         grace=args.grace, log_prompts=args.log_prompts, serial=ports, model=str(model),
                         http_host=args.host, http_port=args.http_port, api_keys=keys,
-                        header_timeout=args.http_header_timeout)
+                        header_timeout=args.http_header_timeout, embedding=args.embedding)
     cfg = EngineConfig(max_tokens=args.max_tokens, queue=args.queue, system_prompt=system,
                        log_prompts=args.log_prompts, parallel=args.parallel)
     server = Server(opts, cfg, lambda: load(args), handler)

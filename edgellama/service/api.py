@@ -93,6 +93,15 @@ class Service(Protocol):
         """The server's bound on the tokens one request may generate."""
         ...
 
+    @property
+    def embedding(self) -> bool:
+        """The service answers embeddings requests (serve --embedding)."""
+        ...
+
+    def pooling(self) -> str:
+        """How the loaded model pools embeddings (none, mean, cls, last); NotReady while it loads."""
+        ...
+
     def model_facts(self) -> ModelFacts | None:
         """The loaded model's facts; None until the model is loaded."""
         ...
@@ -128,7 +137,7 @@ class Service(Protocol):
         """The Prometheus text of /metrics."""
         ...
 
-    def submit(self, conn: Client, req: P.Completion) -> P.ProtocolError | None:
+    def submit(self, conn: Client, req: P.Completion | P.Embedding) -> P.ProtocolError | None:
         """Queues req for conn (its events reach conn.send); the refusal (busy, shutdown), if refused."""
         ...
 

@@ -8,12 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgellama.service.protocol import Completion
+from edgellama.service.protocol import Completion, Embedding
 
 
 @dataclass
 class Job:
-    req: Completion
+    req: Completion | Embedding
     emit: Callable[[dict[str, Any]], None]  # called from the engine thread (or the loop for queued jobs)
     t_arrival: float = field(default_factory=time.monotonic)
     cancelled: str | None = None  # "cancelled" (by the client), "gone" (client closed), "shutdown"

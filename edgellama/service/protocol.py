@@ -54,6 +54,20 @@ class Completion(GenParams):
     lora: list[tuple[int, float]] | None = None  # (adapter id, scale); None: the server's default scales
 
 
+@dataclass(kw_only=True)
+class Embedding:
+    """An embeddings request (the server runs with --embedding): `input` a string, a list of strings, a
+    token list or a list of token lists; one vector per input, normalized by `embd_normalize` (llama.cpp's
+    --embd-normalize values; not applied with pooling none, as llama-server)."""
+
+    id: str | int
+    inputs: list[str | list[int]]
+    embd_normalize: int = 2
+    stream: bool = False  # never streamed: the answer is one `done` event with every vector
+    prompt: str | None = None  # what the log's --log-prompts shows (the first text)
+    messages: None = None
+
+
 @dataclass
 class Control:
     """health, metrics, or cancel (of the request `id` on the same connection)."""
@@ -62,7 +76,7 @@ class Control:
     id: str | int | None
 
 
-Request = Completion | Control
+Request = Completion | Embedding | Control
 
 _NUM = (int, float)
 # protocol v1's own fields beside the request-parameter table's (edgellama.params.FIELDS)
@@ -71,7 +85,9 @@ PARAM_FIELDS = tuple(R.names(R.V1))
 _COMPLETION_KEYS = {"type", "id", "prompt", "messages", "grammar", "json_schema", "lora", *_FLAGS, *PARAM_FIELDS}
 MAX_LORA_ENTRIES = 64
 _CONTROL_KEYS = {"type", "id"}
-TYPES = ("completion", "health", "metrics", "cancel")
+TYPES = ("completion", "embedding", "health", "metrics", "cancel")
+_EMBEDDING_KEYS = {"type", "id", "input", "embd_normalize"}
+MAX_EMBED_INPUTS = 2048
 
 
 def _check_type(name: str, value: Any, types: tuple[type, ...], what: str, req_id: Any) -> None:
@@ -114,10 +130,14 @@ def parse_object(obj: Any, spelling: Mapping[str, str] | None = None) -> Request
     kind = obj.get("type", "completion")
     if kind not in TYPES:
         raise ProtocolError(BAD_REQUEST, f"unknown type {kind!r} (one of {', '.join(TYPES)})", req_id)
-    allowed = _COMPLETION_KEYS if kind == "completion" else _CONTROL_KEYS
+    allowed = {"completion": _COMPLETION_KEYS, "embedding": _EMBEDDING_KEYS}.get(kind, _CONTROL_KEYS)
     unknown = sorted(set(obj) - allowed)
     if unknown:
         raise ProtocolError(BAD_REQUEST, f"unknown field {unknown[0]!r} in a {kind} request", req_id)
+    if kind == "embedding":
+        if req_id is None:
+            raise ProtocolError(BAD_REQUEST, "an embedding request needs an 'id' (string or integer)")
+        return parse_embedding(obj.get("input"), obj.get("embd_normalize", 2), req_id)
     if kind != "completion":
         if kind == "cancel" and req_id is None:
             raise ProtocolError(BAD_REQUEST, "cancel needs the 'id' of the request to cancel")
@@ -161,6 +181,35 @@ def _completion(obj: dict[str, Any], req_id: str | int, spelling: Mapping[str, s
         req.lora = parse_lora(obj["lora"], req_id)
     _constraint(obj, req)
     return req
+
+
+def _is_tokens(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(t, int) and not isinstance(t, bool) for t in v)
+
+
+def parse_embedding(value: Any, embd_normalize: Any, req_id: str | int, what: str = "input") -> Embedding:
+    """An embeddings input as OpenAI and llama-server take it: a string, a list of strings, a token list or
+    a list of token lists (what: the field's name in messages: 'input', or llama-server's 'content')."""
+    if isinstance(value, str) or _is_tokens(value):
+        items: list[Any] = [value]
+    elif isinstance(value, list) and value:
+        items = value
+    else:
+        raise ProtocolError(BAD_REQUEST, f"field {what!r} must be a string, a list of strings, a list of token ids "
+                            f"or a list of such lists, and not empty", req_id)
+    if len(items) > MAX_EMBED_INPUTS:
+        raise ProtocolError(BAD_REQUEST, f"field {what!r}: {len(items)} inputs, at most {MAX_EMBED_INPUTS} per "
+                            f"request", req_id)
+    for i, it in enumerate(items):
+        if not (isinstance(it, str) or _is_tokens(it)):
+            raise ProtocolError(BAD_REQUEST, f"{what}[{i}] must be a string or a non-empty list of token ids", req_id)
+        if isinstance(it, str) and not it:
+            raise ProtocolError(BAD_REQUEST, f"{what}[{i}] is empty (input content cannot be empty)", req_id)
+    if isinstance(embd_normalize, bool) or not isinstance(embd_normalize, int) or not -1 <= embd_normalize <= 1000:
+        raise ProtocolError(BAD_REQUEST, "field 'embd_normalize' must be an integer: -1 none, 0 max absolute, "
+                            "1 taxicab, 2 euclidean, > 2 p-norm", req_id)
+    first = items[0] if isinstance(items[0], str) else None
+    return Embedding(id=req_id, inputs=items, embd_normalize=embd_normalize, prompt=first)
 
 
 def parse_lora(value: Any, req_id: Any, what: str = "field 'lora'", item: str = "lora") -> list[tuple[int, float]]:

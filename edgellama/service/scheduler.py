@@ -2,6 +2,10 @@
 is one slot), runs one forward pass per step carrying every active request's decode token and new
 prompts' chunks, feeds each request's Generation, and reports events through each job's callback.
 
+An embeddings request (--embedding) runs whole between steps, when no generation is under way: its texts
+take the engine's sequences together (edgellama.embedding), so the slots' caches are cleared after it; the
+queue stays in order (generation requests behind it wait for it).
+
 It never touches sockets; cancellation is a flag checked every step. A failure inside one request
 (admitting, evaluating, sampling, detokenizing, streaming, ending) ends that request with an error
 event and frees its slot; the engine thread and the other requests go on.
@@ -242,8 +246,17 @@ class Scheduler:
                 if not self.queue and not self.busy:
                     break
                 admitted: list[Job] = []
+                embed: Job | None = None
                 while self.queue and len(self.busy) + len(admitted) < self.n_slots:
+                    if isinstance(self.queue[0].req, P.Embedding):  # in turn, once no generation runs
+                        if not self.busy and not admitted:
+                            embed = self.queue.popleft()
+                        break
                     admitted.append(self.queue.popleft())
+            if embed is not None:
+                self._embed(embed)
+                self.heartbeat = time.monotonic()
+                continue
             try:
                 self._step(active, admitted)
             except Exception as exc:  # noqa: BLE001 - a bug of the loop itself: end what runs, keep serving
@@ -317,6 +330,48 @@ class Scheduler:
         if os.environ.get(FAULT_ENV) == stage and any(FAULT_MARK in j.prompt_text for j in jobs):
             raise RuntimeError(f"injected fault at {stage}")
 
+    def _embed(self, job: Job) -> None:
+        """An embeddings request, whole: every input's vector in one `done` event, or one error event."""
+        from edgellama.embedding import EmbeddingError
+
+        llm, slots = self.llm, self.slots
+        assert llm is not None and slots is not None
+        req = job.req
+        assert isinstance(req, P.Embedding)
+        t0 = time.monotonic()
+        job.stats["queue_ms"] = round((t0 - job.t_arrival) * 1000.0, 2)
+        self.metrics.queue_wait(t0 - job.t_arrival)
+        if job.cancelled:
+            self._finish(job, self._cancel_event(job))
+            return
+        try:
+            toks = [llm.tokenize(x, add_bos=True, special=True) if isinstance(x, str) else list(x) for x in req.inputs]
+            for i, t in enumerate(toks):
+                if any(not 0 <= tok < llm.n_vocab for tok in t):
+                    raise P.ProtocolError(P.BAD_REQUEST, f"input {i}: a token id outside 0..{llm.n_vocab - 1}", req.id)
+            job.stats["n_prompt"] = n = sum(len(t) for t in toks)
+            try:
+                vecs = llm.embed_tokens(toks, req.embd_normalize if llm.pooling != "none" else -1)
+            except EmbeddingError as exc:
+                raise P.ProtocolError(P.CONTEXT if "longer than" in str(exc) else P.BAD_REQUEST, str(exc),
+                                      req.id) from None
+            finally:
+                for slot in slots.slots:  # the texts ran in the slots' sequences
+                    slot.seq.clear()
+            seconds = time.monotonic() - t0
+            self.metrics.prompt(n, 0, seconds, 0)
+            job.stats["prompt_ms"] = round(seconds * 1000.0, 2)
+            job.stats["outcome"] = "embedding"
+            self._finish(job, {"event": "done", "id": req.id, "embeddings": [v.tolist() for v in vecs],
+                               "n_tokens": [len(t) for t in toks], "tokens_evaluated": n,
+                               "pooling": llm.pooling, "n_embd": llm.desc.n_embd})
+        except P.ProtocolError as exc:
+            self._finish(job, P.error_event(req.id, exc.code, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - this request ends, the service goes on
+            log.error("embedding request failed: %s", exc,
+                      extra={"fields": {"id": req.id, "trace": traceback.format_exc()}})
+            self._finish(job, P.error_event(req.id, P.INTERNAL, f"engine failure: {exc}"))
+
     def _admit(self, job: Job) -> SlotRequest | None:
         """A queued job into an idle slot (the one whose cache shares most of its prompt); None when it
         ended at once (cancelled, a bad request, a prompt too long for a slot's context, a fault)."""
@@ -324,6 +379,7 @@ class Scheduler:
         assert llm is not None and slots is not None
         self._stalled_by_test()
         req = job.req
+        assert isinstance(req, P.Completion)  # embeddings run in _embed
         t_start = time.monotonic()
         job.stats["queue_ms"] = round((t_start - job.t_arrival) * 1000.0, 2)
         self.metrics.queue_wait(t_start - job.t_arrival)
@@ -332,6 +388,9 @@ class Scheduler:
             return None
         slot = None
         try:
+            if llm.desc.arch == "bert":
+                raise P.ProtocolError(P.BAD_REQUEST, f"{llm.path.name} is an embedding model ({llm.hp.arch}): it "
+                                      f"answers embeddings requests only", req.id)
             ids = self._tokens(job)
             job.stats["n_prompt"] = len(ids)
             if not ids:
@@ -425,6 +484,7 @@ class Scheduler:
         llm = self.llm
         assert llm is not None
         req = job.req
+        assert isinstance(req, P.Completion)
         if req.messages is not None:
             chat = render_chat(llm, req.messages, self.cfg.system_prompt)
             job.prompt_text = chat.text

@@ -47,6 +47,7 @@ class ServeOptions:
     api_keys: tuple[str, ...] = ()  # checked on TCP only (the UNIX socket's mode is its access control)
     header_timeout: float = 10.0
     serial: list[PortConfig] = field(default_factory=list)
+    embedding: bool = False  # --embedding: embeddings requests are served
 
 
 class Server:
@@ -161,8 +162,13 @@ class Server:
         if refused is not None:
             conn.send(P.error_event(req.id, refused.code, str(refused)))
 
-    def submit(self, conn: Client, req: P.Completion) -> P.ProtocolError | None:
-        """Queues req for conn (its events reach conn.send); the refusal (busy, shutdown), counted and logged."""
+    def submit(self, conn: Client, req: P.Completion | P.Embedding) -> P.ProtocolError | None:
+        """Queues req for conn (its events reach conn.send); the refusal (busy, shutdown, embeddings without
+        --embedding, generation from an embedding-only model), counted and logged."""
+        refused = self._refuse_kind(req)
+        if refused is not None:
+            self.metrics.outcome(refused.code)
+            return refused
         job = Job(req, emit=lambda event: None)
         job.emit = self._emitter(conn, job)  # the emitter needs the job it reports for
         try:
@@ -172,6 +178,12 @@ class Server:
             log.info("request", extra={"fields": {"id": req.id, "outcome": exc.code}})
             return exc
         conn.inflight[req.id] = job
+        return None
+
+    def _refuse_kind(self, req: P.Completion | P.Embedding) -> P.ProtocolError | None:
+        if isinstance(req, P.Embedding) and not self.opts.embedding:
+            return P.ProtocolError(P.BAD_REQUEST, "this server does not serve embeddings: start it with --embedding",
+                                   req.id)
         return None
 
     def _control(self, conn: Client, req: P.Control) -> None:
@@ -242,8 +254,16 @@ class Server:
     def snapshot(self) -> dict[str, Any]:
         return self.scheduler.snapshot()
 
+    @property
+    def embedding(self) -> bool:
+        return self.opts.embedding
+
+    def pooling(self) -> str:
+        return str(self._llm().pooling)
+
     def slot_requests(self) -> list[P.Completion | None]:
-        return [job.req if job is not None else None for job in self.scheduler.slot_jobs()]
+        return [job.req if job is not None and isinstance(job.req, P.Completion) else None
+                for job in self.scheduler.slot_jobs()]
 
     def lora_adapters(self) -> list[LoraInfo]:
         return [LoraInfo(path=str(ad.path), scale=scale, task_name=ad.task_name, prompt_prefix=ad.prompt_prefix)

@@ -244,7 +244,7 @@ class HttpConnection(asyncio.Protocol):
         """The protocol v1 id of this connection's current request, unique in the server's log."""
         return f"http-{next(_REQUEST_IDS)}"
 
-    def submit(self, req: P.Completion) -> asyncio.Queue[dict[str, Any]]:
+    def submit(self, req: P.Completion | P.Embedding) -> asyncio.Queue[dict[str, Any]]:
         """Queues req like a protocol v1 line would be; its events arrive on the returned queue."""
         q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.queues[req.id] = q
@@ -254,7 +254,7 @@ class HttpConnection(asyncio.Protocol):
             raise from_protocol_error(refused.code, str(refused))
         return q
 
-    async def events(self, req: P.Completion) -> AsyncIterator[dict[str, Any]]:
+    async def events(self, req: P.Completion | P.Embedding) -> AsyncIterator[dict[str, Any]]:
         """req's protocol v1 events up to its done; an error event is raised as an HttpError."""
         q = self.submit(req)
         while True:

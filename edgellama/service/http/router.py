@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import h11
 
+from edgellama.service.http import embedding_routes as E
 from edgellama.service.http import llama_routes as L
 from edgellama.service.http import openai_routes as O
 from edgellama.service.http.connection import HttpConnection, Route
@@ -27,6 +28,8 @@ ROUTES: dict[str, dict[str, Route]] = {
     "/v1/models": {"GET": O.models}, "/models": {"GET": O.models},
     "/v1/completions": {"POST": O.completions},
     "/v1/chat/completions": {"POST": O.chat_completions}, "/chat/completions": {"POST": O.chat_completions},
+    "/embedding": {"POST": E.embedding}, "/embeddings": {"POST": E.embedding},
+    "/v1/embeddings": {"POST": E.v1_embeddings},
 }
 
 

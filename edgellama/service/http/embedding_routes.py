@@ -1,0 +1,89 @@
+"""Embeddings as llama-server serves them (with --embedding): /embedding and /embeddings in its own shape
+(a list of {index, embedding: [vector, ...]}), OpenAI's /v1/embeddings (a string, strings or token
+lists as `input`; `encoding_format` float or base64; `usage`). One request is one protocol v1
+`embedding` request: its texts run together in the engine.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import h11
+import numpy as np
+
+from edgellama.service import protocol as P
+from edgellama.service.api import NotReady
+from edgellama.service.http import fields as F
+from edgellama.service.http.connection import HttpConnection
+from edgellama.service.http.llama_routes import model_id
+
+
+def _request(conn: HttpConnection, body: bytes, oai: bool) -> tuple[dict[str, Any], P.Embedding, bool]:
+    """The body, its protocol v1 request, and whether the answer is OpenAI's shape (llama-server: a body
+    with `content` instead of `input` is answered in its own shape, whatever the path)."""
+    if not conn.service.embedding:
+        raise F.HttpError(501, "This server does not support embeddings. Start it with `--embedding`")
+    if conn.service.status != "ok":
+        raise F.HttpError(503, "Loading model")
+    obj = F.json_body(body)
+    if "input" in obj:
+        field = "input"
+    elif "content" in obj:
+        field, oai = "content", False
+    else:
+        raise F.HttpError(400, "\"input\" or \"content\" must be provided")
+    try:
+        pooling = conn.service.pooling()
+    except NotReady:
+        raise F.HttpError(503, "Loading model") from None
+    if oai and pooling == "none":
+        raise F.HttpError(400, "Pooling type 'none' is not OAI compatible. Please use a different pooling type "
+                          "(serve --pooling mean|cls|last)")
+    fmt = obj.get("encoding_format", "float")
+    if fmt not in ("float", "base64"):
+        raise F.HttpError(400, "The format to return the embeddings in. Can be either float or base64")
+    try:
+        req = P.parse_embedding(obj[field], obj.get("embd_normalize", 2), conn.next_id(), what=field)
+    except P.ProtocolError as exc:
+        raise F.HttpError(400, str(exc)) from None
+    return obj, req, fmt == "base64"
+
+
+async def _vectors(conn: HttpConnection, req: P.Embedding) -> dict[str, Any]:
+    async for ev in conn.events(req):
+        if ev["event"] == "done":
+            return ev
+    raise F.HttpError(500, "the embedding request ended without an answer")
+
+
+async def embedding(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
+    """/embedding, /embeddings: llama-server's own shape, or OpenAI's when the body has `input`."""
+    await _serve(conn, body, oai=False)
+
+
+async def v1_embeddings(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
+    await _serve(conn, body, oai=True)
+
+
+async def _serve(conn: HttpConnection, body: bytes, oai: bool) -> None:
+    obj, ereq, b64 = _request(conn, body, oai)
+    oai = oai or "input" in obj and "content" not in obj
+    ev = await _vectors(conn, ereq)
+    vecs: list[Any] = ev["embeddings"]
+    if not oai:  # llama-server: each input's vectors as a list (one for a pooled model, one per token with none)
+        conn.respond_json(200, [{"index": i, "embedding": v if ev["pooling"] == "none" else [v]}
+                                for i, v in enumerate(vecs)])
+        return
+    data: list[dict[str, Any]] = []
+    for i, v in enumerate(vecs):
+        if b64:
+            raw = np.asarray(v, dtype="<f4").tobytes()
+            data.append({"embedding": base64.b64encode(raw).decode("ascii"), "index": i, "object": "embedding",
+                         "encoding_format": "base64"})
+        else:
+            data.append({"embedding": v, "index": i, "object": "embedding"})
+    n = int(ev["tokens_evaluated"])
+    model = obj.get("model") if isinstance(obj.get("model"), str) else model_id(conn)
+    conn.respond_json(200, {"model": model, "object": "list", "usage": {"prompt_tokens": n, "total_tokens": n},
+                            "data": data})
