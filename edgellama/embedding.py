@@ -23,16 +23,68 @@ class EmbeddingError(ValueError):
     """A text that cannot be embedded (too long for the context), or a setting that cannot be used."""
 
 
-def resolve_pooling(requested: str | None, file_pooling: str) -> str:
+def resolve_pooling(requested: str | None, file_pooling: str, has_head: bool = False) -> str:
     """The pooling a run uses: the one asked for, else the file's ({arch}.pooling_type), else none
     (llama.cpp's rule: a model without the key gives one vector per token)."""
     if requested is not None and requested not in POOLINGS:
         raise EmbeddingError(f"pooling {requested!r} is not one of {', '.join(POOLINGS)}")
     pooling = requested or (file_pooling if file_pooling in POOLINGS else "none")
-    if pooling == "rank":
-        raise EmbeddingError("pooling 'rank' needs a reranking model's classification head (cls.output), "
-                             "which this model does not have")
+    if pooling == "rank" and not has_head:
+        raise EmbeddingError("pooling 'rank' needs a reranking model's classification head (cls.weight or "
+                             "cls.output.weight), which this model does not have")
     return pooling
+
+
+class RankScorer:
+    """A reranker's classification head (wiring.RankHead) in float32, applied as llama.cpp's rank pooling
+    does to the pooled state x: y = tanh(W x + b) if the head has cls.weight, then out_W y + out_b: one score
+    per output label. Small (n_embd^2 at most per text): numpy, not the engine."""
+
+    def __init__(self, head: Any) -> None:
+        from edgellama.native.kernels import dequantize
+
+        def mat(t: Any) -> npt.NDArray[np.float32] | None:
+            return None if t is None else dequantize(t.data, t.ggml_type, t.ne0 * t.ne1).reshape(t.ne1, t.ne0)
+
+        def vec(t: Any) -> npt.NDArray[np.float32] | None:
+            return None if t is None else np.frombuffer(t.data, dtype=np.float32).copy()
+
+        self.w, self.b, self.out_w, self.out_b = mat(head.w), vec(head.b), mat(head.out_w), vec(head.out_b)
+        self.labels: list[str] = list(head.labels)
+
+    def __call__(self, x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        y = x.astype(np.float32)
+        if self.w is not None:
+            y = self.w @ y
+            if self.b is not None:
+                y = y + self.b
+            y = np.tanh(y)
+        if self.out_w is not None:
+            y = self.out_w @ y
+            if self.out_b is not None:
+                y = y + self.out_b
+        return y.astype(np.float32)
+
+
+def rerank_tokens(tok: Any, query: str, doc: str) -> list[int]:
+    """A query and a document as one reranker input, as llama-server's format_prompt_rerank builds it
+    without a rerank template: BOS if the model adds one, the query, EOS (or SEP when there is no EOS) if
+    it adds one, SEP if it adds one, the document, EOS again."""
+    q = tok.encode(query, add_special=False, parse_special=False)
+    d = tok.encode(doc, add_special=False, parse_special=False)
+    eos = tok.eos_id if tok.eos_id is not None else getattr(tok, "sep_id", None)
+    out: list[int] = []
+    if tok.add_bos and tok.bos_id is not None:
+        out.append(tok.bos_id)
+    out += q
+    if tok.add_eos and eos is not None:
+        out.append(eos)
+    if getattr(tok, "add_sep", False) and getattr(tok, "sep_id", None) is not None:
+        out.append(tok.sep_id)
+    out += d
+    if tok.add_eos and eos is not None:
+        out.append(eos)
+    return out
 
 
 def normalize(v: npt.NDArray[np.float32], embd_normalize: int) -> npt.NDArray[np.float32]:
@@ -60,11 +112,13 @@ class Embedder:
     """Pooled embeddings from an engine's sequences (edgellama.native.engine.Engine: decode_embd,
     seq_clear). Uses sequences 0..n_seq-1 and leaves them cleared."""
 
-    def __init__(self, engine: Any, n_ctx: int, n_batch: int, n_seq: int, pooling: str, non_causal: bool) -> None:
+    def __init__(self, engine: Any, n_ctx: int, n_batch: int, n_seq: int, pooling: str, non_causal: bool,
+                 scorer: RankScorer | None = None) -> None:
         self.engine = engine
         self.n_ctx, self.n_batch, self.n_seq = n_ctx, n_batch, n_seq
         self.pooling = pooling
         self.non_causal = non_causal
+        self.scorer = scorer  # pooling rank: the classification head
 
     @property
     def max_tokens(self) -> int:
@@ -98,9 +152,10 @@ class Embedder:
         return [v for v in out if v is not None]
 
     def _wanted(self, n: int) -> list[bool]:
-        if self.pooling == "cls":
+        # rank: the first token's state (llama.cpp: the last one's in a causal model)
+        if self.pooling == "cls" or self.pooling == "rank" and self.non_causal:
             return [j == 0 for j in range(n)]
-        if self.pooling == "last":
+        if self.pooling in ("last", "rank"):
             return [j == n - 1 for j in range(n)]
         return [True] * n
 
@@ -149,6 +204,9 @@ class Embedder:
             return rows.copy()
         if self.pooling == "mean":  # llama.cpp: the rows times 1/n, summed
             return (rows.astype(np.float64).sum(axis=0) * (1.0 / n)).astype(np.float32)
+        if self.pooling == "rank":
+            assert self.scorer is not None
+            return self.scorer(rows[0])
         return rows[0].copy()
 
 

@@ -21,7 +21,14 @@ import numpy.typing as npt
 
 from edgellama import session
 from edgellama.completion import CompletionAPI
-from edgellama.embedding import Embedder, EmbeddingError, normalize, resolve_pooling
+from edgellama.embedding import (
+    Embedder,
+    EmbeddingError,
+    RankScorer,
+    normalize,
+    rerank_tokens,
+    resolve_pooling,
+)
 from edgellama.generation import Event, Generation, Timings
 from edgellama.gguf.metadata import Metadata
 from edgellama.gguf.split import iter_pieces, open_model_file
@@ -118,10 +125,11 @@ class LLM(CompletionAPI):
         try:
             self.hp, self.desc = build_desc(self.file)
             self.embedding = embedding or self.desc.arch == "bert"
-            self.pooling = resolve_pooling(pooling, self.hp.pooling) if self.embedding else "none"
-            adapters = [(self._read_lora(ad), float(scale)) for ad, scale in loras]
-            if adapters and self.desc.arch == "bert":
+            self.pooling = (resolve_pooling(pooling, self.hp.pooling, self.hp.rank_head is not None)
+                            if self.embedding else "none")
+            if loras and self.desc.arch == "bert":
                 raise ValueError(f"LoRA adapters are not supported on the {self.hp.arch} encoder")
+            adapters = [(self._read_lora(ad), float(scale)) for ad, scale in loras]
             threads = n_threads or default_threads()
             train = self.hp.n_ctx_train or DEFAULT_CTX
             if self.embedding and not (n_ctx and n_ctx > 0):
@@ -160,8 +168,9 @@ class LLM(CompletionAPI):
         self.kv_type = kv_type
         self.n_prompt_evaluated = 0
         self.seq = KVSequence(self.engine, 0, self.n_ctx, n_keep, context_shift)  # what sequence 0 holds
+        scorer = RankScorer(self.hp.rank_head) if self.pooling == "rank" and self.hp.rank_head else None
         self.embedder = Embedder(self.engine, self.n_ctx, self.n_batch, self.engine.n_seq, self.pooling,
-                                 self.desc.non_causal)
+                                 self.desc.non_causal, scorer)
         self.load_ms = (time.perf_counter() - t0) * 1000.0
 
     # ---- embeddings ----
@@ -206,6 +215,14 @@ class LLM(CompletionAPI):
         out = [v.tolist() for v in vecs]
         result = out[0] if single else out
         return (result, sum(len(t) for t in texts)) if return_count else result
+
+    def rerank(self, query: str, documents: Sequence[str]) -> list[float]:
+        """A relevance score of each document for query (pooling rank: a reranker's classification head on
+        llama-server's query/document input); higher is more relevant."""
+        if self.pooling != "rank":
+            raise EmbeddingError("reranking needs pooling 'rank' and a reranker model (LLM(..., pooling='rank'))")
+        texts = [rerank_tokens(self.tokenizer, query, d) for d in documents]
+        return [float(v[0]) for v in self.embed_tokens(texts, -1)]
 
     def create_embedding(self, input: str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]],
                          model: str | None = None) -> dict[str, Any]:
@@ -338,6 +355,9 @@ class LLM(CompletionAPI):
         of the last one (or of all, n x vocab)."""
         if not tokens:
             raise ValueError("nothing to evaluate")
+        if self.desc.arch == "bert":
+            raise ValueError(f"{self.path.name} is an embedding model ({self.hp.arch}): it has no output head to "
+                             f"generate text with; use embed()")
         outs = []
         logits: npt.NDArray[np.float32] = np.empty(0, dtype=np.float32)
         with self._turn.take("eval"):

@@ -75,6 +75,18 @@ _GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}
 
 
 @dataclass
+class RankHead:
+    """A reranker's classification head on the pooled (first token's) state, as llama.cpp's rank pooling:
+    scores = out_w (tanh(w x + b)) + out_b, each stage optional (a file may have only one of them)."""
+
+    w: TensorRef | None  # cls.weight (n_embd x n_embd) and cls.bias
+    b: TensorRef | None
+    out_w: TensorRef | None  # cls.output.weight (n_cls_out rows of n_embd) and cls.output.bias
+    out_b: TensorRef | None
+    labels: list[str]  # {arch}.classifier.output_labels; one score per label ([] = one unnamed score)
+
+
+@dataclass
 class HParams:
     """What the file says that the engine's ModelDesc does not carry: the architecture's own name
     (ModelDesc holds only its C graph), the context the model was trained for, and LongRoPE's two sets of
@@ -84,6 +96,7 @@ class HParams:
     n_ctx_train: int
     n_ctx_orig: int = 0  # rope.scaling.original_context_length (LongRoPE's switch point)
     pooling: str = "unspecified"  # the file's {arch}.pooling_type: how embeddings pool by default
+    rank_head: RankHead | None = None  # a reranker's classification head (pooling rank)
     rope_long: TensorRef | None = None
     rope_short: TensorRef | None = None
 
@@ -388,9 +401,27 @@ def _build_encoder(ts: _Tensors, meta: Metadata, a: str, spec: Arch, emb_shape: 
         tok_norm_b=ts.req("token_embd_norm.bias", (E,), f32=True),
         non_causal=not meta.get(K.ATTENTION_CAUSAL, False),
     )
+    head = _rank_head(ts, meta, E)
     _refuse_unused(ts, a)
     pooling = POOLING_TYPES[meta.get(K.POOLING_TYPE, -1)]
-    return HParams(arch=a, n_ctx_train=n_ctx_train, pooling=pooling), desc
+    return HParams(arch=a, n_ctx_train=n_ctx_train, pooling=pooling, rank_head=head), desc
+
+
+def _rank_head(ts: _Tensors, meta: Metadata, E: int) -> RankHead | None:
+    """cls.weight / cls.bias (E x E) and cls.output.weight / .bias (one row per output label), if any."""
+    labels = list(meta.get(K.CLASSIFIER_LABELS, []))
+    n_out = len(labels) or 1
+    w = ts.get("cls.weight", (E, E), required=False)
+    b = ts.get("cls.bias", (E,), required=False, f32=True)
+    out_w = ts.get("cls.output.weight", (E, n_out), required=False)
+    out_b = ts.get("cls.output.bias", (n_out,), required=False, f32=True)
+    if w is None and out_w is None:
+        if b is not None or out_b is not None:
+            raise ModelError("tensor cls.bias or cls.output.bias without its weight")
+        return None
+    if (w is None and b is not None) or (out_w is None and out_b is not None):
+        raise ModelError("tensor cls.bias or cls.output.bias without its weight")
+    return RankHead(w, b, out_w, out_b, labels)
 
 
 def _qkv(ts: _Tensors, d: _Dims, p: str) -> tuple[TensorRef, TensorRef, TensorRef,

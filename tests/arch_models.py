@@ -60,7 +60,8 @@ class Spec:
     post_norms: bool = False  # gemma2: post_attention_norm and post_ffw_norm
     logit_std: float = 3.0
     qk_gain: float = 1.0  # Q and K weights' std times this: attention scores of std ~qk_gain**2
-    pooling: int | None = None  # encoders: {arch}.pooling_type (1 mean, 2 cls)
+    pooling: int | None = None  # encoders: {arch}.pooling_type (1 mean, 2 cls, 4 rank)
+    rank_head: bool = False  # a reranker: cls.weight/bias and cls.output.weight/bias (one score)
 
     @property
     def encoder(self) -> bool:
@@ -83,6 +84,9 @@ MODELS: dict[str, Spec] = {
     # types, mean pooling (its own vocabulary is bert-base-uncased's, as bert-bge's)
     "nomic-bert": Spec("nomic-bert", "bert-bge", 256, 2, 4, 4, 768, rope_base=1000.0, rms_eps=1e-12,
                        n_ctx_train=2048, fused=True, pooling=1),
+    # bge-reranker-base in miniature: bert with the classification head on [CLS], rank pooling
+    "bert-rerank": Spec("bert", "bert-bge", 384, 2, 12, 12, 1536, rope_base=None, rms_eps=1e-12, n_ctx_train=512,
+                        pooling=4, rank_head=True),
     # Llama 2 / TinyLlama: SentencePiece vocabulary, untied output, GQA 4:1, head 64
     "llama": Spec("llama", "llama-spm", 256, 2, 4, 1, 768, tied=False, n_ctx_train=2048),
     # Llama 3.2 1B: BPE vocabulary (128256), tied, rope_freqs.weight as convert_hf_to_gguf computes it
@@ -239,6 +243,8 @@ def _encoder_shapes(spec: Spec, n_vocab: int) -> dict[str, tuple[int, ...]]:
         if not nomic:
             shapes[p + "ffn_down.bias"] = (E,)
         shapes.update({p + "layer_output_norm.weight": (E,), p + "layer_output_norm.bias": (E,)})
+    if spec.rank_head:
+        shapes.update({"cls.weight": (E, E), "cls.bias": (E,), "cls.output.weight": (E, 1), "cls.output.bias": (1,)})
     return shapes
 
 

@@ -180,7 +180,7 @@ def llamacpp_logits(site: Path, model_path: Path, prompts: list[list[int]], n_ct
     return llamacpp_run(site, model_path, prompts, n_ctx, **kwargs).logits
 
 
-POOLING = {"none": 0, "mean": 1, "cls": 2, "last": 3}  # enum llama_pooling_type
+POOLING = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}  # enum llama_pooling_type
 
 
 def llamacpp_embeddings(site: Path, model_path: Path, prompts: list[list[int]], n_ctx: int, pooling: str, *,
@@ -227,6 +227,7 @@ def _embed_worker(lc: Any, req: dict[str, Any]) -> None:
         raise SystemExit("llama.cpp could not create the context")
     mem = lc.llama_get_memory(ctx)
     n_embd = int(lc.llama_model_n_embd(model))
+    n_out = int(lc.llama_model_n_cls_out(model)) if req["embed"] == "rank" else n_embd  # rank: the scores
     batch = lc.llama_batch_init(n_batch, 0, 1)
     for i, prompt in enumerate(prompts):
         if mem:
@@ -245,7 +246,7 @@ def _embed_worker(lc: Any, req: dict[str, Any]) -> None:
             e = np.stack([np.ctypeslib.as_array(lc.llama_get_embeddings_ith(ctx, k), shape=(n_embd,)).copy()
                           for k in range(len(prompt))])
         else:
-            e = np.ctypeslib.as_array(lc.llama_get_embeddings_seq(ctx, 0), shape=(n_embd,)).copy()
+            e = np.ctypeslib.as_array(lc.llama_get_embeddings_seq(ctx, 0), shape=(n_out,)).copy()
         np.save(out / f"embd{i}.npy", e)
     lc.llama_batch_free(batch)
     lc.llama_free(ctx)

@@ -121,6 +121,22 @@ def test_encoder_attention_is_llamacpps_bidirectional_one(encoders: dict[str, Pa
     assert np.abs(ga - ra).max() < 1e-3 and np.abs(gb - rb).max() < 1e-3  # states of size ~1: [1.8e-4]
 
 
+def test_reranker_scores_match_llamacpp(tmp_path: Path, peer_site: Path) -> None:
+    """Rank pooling: the classification head (cls.weight, tanh, cls.output) on [CLS] of llama-server's
+    query/document input; edgellama's scores are llama.cpp's."""
+    from edgellama.embedding import rerank_tokens
+
+    path = write_arch_model(tmp_path / "rerank.gguf", "bert-rerank")
+    docs = ["the cat sat on the mat", "stock markets fell", "a kitten rests on a rug", "hello", "where is it?"]
+    with LLM(path, n_threads=2, kv_type="f32") as llm:
+        assert llm.pooling == "rank"
+        got = llm.rerank("where is the cat?", docs)
+        toks = [rerank_tokens(llm.tokenizer, "where is the cat?", d) for d in docs]
+    ref = [float(r[0]) for r in llamacpp_embeddings(peer_site, path, toks, 512, "rank", kv_type="f32")]
+    print("rerank scores", np.round(got, 5), "llama.cpp", np.round(ref, 5))
+    assert np.allclose(got, ref, atol=1e-4) and np.ptp(ref) > 0.05  # the scores differ far more than the engines
+
+
 @pytest.fixture(scope="module")
 def minilm_vectors(minilm: dict[str, Path]) -> Iterator[dict[str, tuple[list[list[int]], list[npt.NDArray[np.float32]]]]]:
     yield {o: ours(p, None, "f16") for o, p in minilm.items()}

@@ -143,3 +143,33 @@ def test_pooling_none_is_not_openais_shape(smollm2_path: Path) -> None:
         assert len(per_token[0]["embedding"]) == 2 and len(per_token[0]["embedding"][0]) == 576  # a vector per token
     finally:
         srv.kill()
+
+
+def test_rerank_routes_sort_documents_by_the_rerankers_scores(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from arch_models import write_arch_model
+
+    path = write_arch_model(tmp_path_factory.mktemp("rerank") / "rerank.gguf", "bert-rerank")
+    docs = ["the cat sat on the mat", "stock markets fell", "a kitten rests on a rug", "hello"]
+    with LLM(path, n_threads=1, n_ctx=256) as llm:
+        want = llm.rerank("where is the cat?", docs)
+    srv = ServerProc("-m", str(path), "--reranking")
+    try:
+        srv.wait_ready()
+        status, body = call(srv, "POST", "/v1/rerank", {"query": "where is the cat?", "documents": docs, "top_n": 3})
+        assert status == 200 and body["object"] == "list" and body["usage"]["prompt_tokens"] > 0
+        order = sorted(range(len(docs)), key=lambda i: -want[i])[:3]
+        assert [r["index"] for r in body["results"]] == order
+        assert np.allclose([r["relevance_score"] for r in body["results"]], [want[i] for i in order], atol=1e-6)
+        status, tei = call(srv, "POST", "/rerank", {"query": "where is the cat?", "texts": docs, "return_text": True})
+        assert status == 200 and [r["text"] for r in tei] == [docs[i] for i in sorted(range(4), key=lambda i: -want[i])]
+        status, body = call(srv, "POST", "/rerank", {"documents": docs})
+        assert status == 400 and "query" in body["error"]["message"]
+        status, body = call(srv, "POST", "/rerank", {"query": "q", "documents": []})
+        assert status == 400 and "non-empty string array" in body["error"]["message"]
+    finally:
+        srv.kill()
+
+
+def test_rerank_needs_a_reranker(minilm_server: ServerProc) -> None:
+    status, body = call(minilm_server, "POST", "/v1/rerank", {"query": "q", "documents": ["d"]})
+    assert status == 501 and "--reranking" in body["error"]["message"]

@@ -28,8 +28,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--embd-output-format", choices=OUTPUT_FORMATS, default="", metavar="FMT",
                    help="'' text (default), 'array' (a JSON array of vectors), 'json' (OpenAI's list), "
                         "'json+' (and the cosine similarities)")
-    p.add_argument("--pooling", choices=("none", "mean", "cls", "last"), default=None,
-                   help="how token vectors become one per text (default: the model's, else none)")
+    p.add_argument("--pooling", choices=("none", "mean", "cls", "last", "rank"), default=None,
+                   help="how token vectors become one per text (default: the model's, else none); rank: a "
+                        "reranker's score(s) of each text")
     p.add_argument("--parallel", "-np", type=int, default=None,
                    help="texts evaluated together in one forward pass (default: 4)")
     p.set_defaults(handler=run, embedding=True)

@@ -42,8 +42,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--embedding", "--embeddings", action="store_true",
                    help="serve embeddings (/embedding, /v1/embeddings, protocol v1 `embedding`); the context then "
                         "defaults to 512 tokens per text (give -c for chat on the same model)")
-    p.add_argument("--pooling", choices=("none", "mean", "cls", "last"), default=None,
-                   help="with --embedding: how token vectors become one per text (default: the model's, else none)")
+    p.add_argument("--pooling", choices=("none", "mean", "cls", "last", "rank"), default=None,
+                   help="with --embedding: how token vectors become one per text (default: the model's, else none); "
+                        "rank: a reranker's scores (/rerank)")
+    p.add_argument("--reranking", "--rerank", action="store_true",
+                   help="serve /rerank with a reranker model: --embedding --pooling rank")
     p.add_argument("--queue", type=int, default=8, help="requests waiting for a slot before `busy` errors")
     p.add_argument("--max-tokens", type=int, default=512, help="most tokens one request may generate")
     p.add_argument("--max-line", type=int, default=65536,
@@ -120,6 +123,10 @@ def serial_ports(args: argparse.Namespace) -> list[Any]:
 
 def check(args: argparse.Namespace) -> None:
     check_model_args(args)
+    if args.reranking:
+        if args.pooling not in (None, "rank"):
+            raise ValueError(f"--reranking is --pooling rank, not --pooling {args.pooling}")
+        args.embedding, args.pooling = True, "rank"
     if args.parallel is None:
         from edgellama.llm import EMBD_SEQS
 

@@ -117,6 +117,7 @@ ATTN_SOFTCAP = Key("{arch}.attn_logit_softcapping", Kind.FLOAT, 0.0, 1e30, lo_op
 EXPERT_COUNT = Key("{arch}.expert_count", Kind.INT, 0, INT32_MAX)
 ATTENTION_CAUSAL = Key("{arch}.attention.causal", Kind.BOOL)
 POOLING_TYPE = Key("{arch}.pooling_type", Kind.INT, -1, INT32_MAX)
+CLASSIFIER_LABELS = Key("{arch}.classifier.output_labels", Kind.STR_ARRAY, 1, 1 << 16)
 FINAL_SOFTCAP = Key("{arch}.final_logit_softcapping", Kind.FLOAT, 0.0, 1e30, lo_open=True)
 
 TOKENIZER_MODEL = Key("tokenizer.ggml.model", Kind.STR)

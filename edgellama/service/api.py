@@ -102,6 +102,11 @@ class Service(Protocol):
         """How the loaded model pools embeddings (none, mean, cls, last); NotReady while it loads."""
         ...
 
+    def rerank_prompt(self, query: str, document: str) -> list[int]:
+        """The tokens a reranker scores for query and document (llama-server's input); NotReady while
+        the model loads."""
+        ...
+
     def model_facts(self) -> ModelFacts | None:
         """The loaded model's facts; None until the model is loaded."""
         ...

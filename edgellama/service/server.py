@@ -261,6 +261,11 @@ class Server:
     def pooling(self) -> str:
         return str(self._llm().pooling)
 
+    def rerank_prompt(self, query: str, document: str) -> list[int]:
+        from edgellama.embedding import rerank_tokens
+
+        return rerank_tokens(self._llm().tokenizer, query, document)
+
     def slot_requests(self) -> list[P.Completion | None]:
         return [job.req if job is not None and isinstance(job.req, P.Completion) else None
                 for job in self.scheduler.slot_jobs()]

@@ -1,6 +1,7 @@
 """Embeddings as llama-server serves them (with --embedding): /embedding and /embeddings in its own shape
 (a list of {index, embedding: [vector, ...]}), OpenAI's /v1/embeddings (a string, strings or token
-lists as `input`; `encoding_format` float or base64; `usage`). One request is one protocol v1
+lists as `input`; `encoding_format` float or base64; `usage`); and reranking (--reranking: a reranker with
+pooling rank): /rerank, /v1/rerank (Jina's shape; TEI's with `texts`). One request is one protocol v1
 `embedding` request: its texts run together in the engine.
 """
 
@@ -64,6 +65,49 @@ async def embedding(conn: HttpConnection, req: h11.Request, body: bytes) -> None
 
 async def v1_embeddings(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
     await _serve(conn, body, oai=True)
+
+
+async def rerank(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
+    """llama-server's /rerank: {query, documents (or TEI's texts), top_n} -> results sorted by score."""
+    try:
+        ranking = conn.service.embedding and conn.service.pooling() == "rank"
+    except NotReady:
+        raise F.HttpError(503, "Loading model") from None
+    if not ranking:
+        raise F.HttpError(501, "This server does not support reranking. Start it with `--reranking` (a reranker "
+                          "model: --embedding --pooling rank)")
+    obj = F.json_body(body)
+    query = obj.get("query")
+    if not isinstance(query, str):
+        raise F.HttpError(400, "\"query\" must be provided" if query is None else "\"query\" must be a string")
+    tei = "texts" in obj
+    docs = obj.get("documents", obj.get("texts"))
+    if not isinstance(docs, list) or not docs or not all(isinstance(d, str) for d in docs):
+        raise F.HttpError(400, "\"documents\" must be a non-empty string array")
+    if len(docs) > P.MAX_EMBED_INPUTS:
+        raise F.HttpError(400, f"{len(docs)} documents, at most {P.MAX_EMBED_INPUTS} per request")
+    top_n = obj.get("top_n", len(docs))
+    if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0:
+        raise F.HttpError(400, "\"top_n\" must be a non-negative integer")
+    try:
+        inputs: list[str | list[int]] = [conn.service.rerank_prompt(query, d) for d in docs]
+    except NotReady:
+        raise F.HttpError(503, "Loading model") from None
+    ev = await _vectors(conn, P.Embedding(id=conn.next_id(), inputs=inputs, embd_normalize=-1, prompt=query))
+    label = "score" if tei else "relevance_score"
+    results: list[dict[str, Any]] = [{"index": i, label: float(v[0])} for i, v in enumerate(ev["embeddings"])]
+    if tei and obj.get("return_text") is True:
+        for r in results:
+            r["text"] = docs[r["index"]]
+    results.sort(key=lambda r: -float(r[label]))  # stable: equal scores keep document order
+    results = results[:top_n]
+    if tei:
+        conn.respond_json(200, results)
+        return
+    n = int(ev["tokens_evaluated"])
+    model = obj.get("model") if isinstance(obj.get("model"), str) else model_id(conn)
+    conn.respond_json(200, {"model": model, "object": "list", "usage": {"prompt_tokens": n, "total_tokens": n},
+                            "results": results})
 
 
 async def _serve(conn: HttpConnection, body: bytes, oai: bool) -> None:

@@ -30,6 +30,8 @@ ROUTES: dict[str, dict[str, Route]] = {
     "/v1/chat/completions": {"POST": O.chat_completions}, "/chat/completions": {"POST": O.chat_completions},
     "/embedding": {"POST": E.embedding}, "/embeddings": {"POST": E.embedding},
     "/v1/embeddings": {"POST": E.v1_embeddings},
+    "/rerank": {"POST": E.rerank}, "/reranking": {"POST": E.rerank},
+    "/v1/rerank": {"POST": E.rerank}, "/v1/reranking": {"POST": E.rerank},
 }
 
 
