@@ -151,6 +151,29 @@ def test_encoder_text_longer_than_the_context_is_an_error_naming_it(bert: LLM) -
     assert len(bert.embed(" ".join(["word"] * 600))) == 384  # truncate=True (llama-cpp-python's default) cuts
 
 
+def test_a_context_past_the_position_table_is_refused_naming_it(bert_file: Path) -> None:
+    with pytest.raises(ValueError, match="longer than the model's 512 absolute positions"):
+        LLM(bert_file, n_ctx=1024)
+
+
+@pytest.mark.parametrize("key, value, vtype, message", [
+    ("bert.pooling_type", 9, "UINT32", "bert.pooling_type = 9 is not a pooling type"),
+    ("bert.attention.causal", "no", "STRING", "bert.attention.causal"),
+    ("bert.attention.layer_norm_epsilon", -1.0, "FLOAT32", "bert.attention.layer_norm_epsilon"),
+    ("bert.context_length", 256, "UINT32", "tensor position_embd.weight has shape [384, 512], expected [384, 256]"),
+])
+def test_hostile_encoder_metadata_is_refused_naming_the_key(bert_file: Path, tmp_path: Path, key: str, value: Any,
+                                                            vtype: str, message: str) -> None:
+    from gguf_fixtures import rewrite_metadata
+
+    from edgellama.gguf.reader import GGUFValueType as V
+    from edgellama.wiring import ModelError
+
+    bad = rewrite_metadata(bert_file, tmp_path / "bad.gguf", {key: (value, V[vtype], None)})
+    with pytest.raises((ModelError, ValueError), match=message.replace("[", r"\[").replace("]", r"\]")):
+        LLM(bad, n_threads=1)
+
+
 def test_every_simd_isa_gives_the_scalar_encoder_within_tolerance(bert_file: Path, simd_isa: str) -> None:
     from edgellama.native import kernels
 

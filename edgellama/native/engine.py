@@ -164,6 +164,9 @@ def plan_bytes(desc: ModelDesc, n_ctx: int, n_batch: int, kv_type: str, n_thread
         raise ValueError(f"unknown KV cache type {kv_type!r} (choose from {', '.join(KV_TYPES)})")
     n_ctx, n_batch = c_int32("n_ctx", n_ctx), c_int32("n_batch", n_batch)
     n_threads = c_int32("n_threads", n_threads)
+    if desc.pos_embd is not None and n_ctx > desc.pos_embd.ne1:
+        raise ValueError(f"a context of {n_ctx} tokens is longer than the model's {desc.pos_embd.ne1} absolute "
+                         f"positions (position_embd.weight): -c at most {desc.pos_embd.ne1}")
     d, _keep = _c_desc(desc)
     kv = ffi.new("size_t *")
     scratch = ffi.new("size_t *")
