@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from arch_models import write_arch_model
+from conftest import skip_or_fail
 
 from edgellama.embedding import EmbeddingError, normalize, resolve_pooling
 from edgellama.llm import LLM
@@ -26,8 +27,6 @@ TEXTS = ["The cat sat on the mat.", "A dog is playing in the park with a red bal
 @pytest.fixture(scope="module")
 def bert_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from llamacpp_ref import ReferenceUnavailable
-
-    from tests.conftest import skip_or_fail
 
     try:
         return write_arch_model(tmp_path_factory.mktemp("bert") / "bert.gguf", "bert")
