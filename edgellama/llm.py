@@ -118,10 +118,10 @@ class LLM(CompletionAPI, EmbeddingAPI):
         self.file = open_model_file(self.path)
         try:
             self.hp, self.desc = build_desc(self.file)
-            self.embedding = embedding or self.desc.arch == "bert"
+            self.embedding = embedding or not self.generates
             self.pooling = (resolve_pooling(pooling, self.hp.pooling, self.hp.rank_head is not None)
                             if self.embedding else "none")
-            if loras and self.desc.arch == "bert":
+            if loras and not self.generates:
                 raise ValueError(f"LoRA adapters are not supported on the {self.hp.arch} encoder")
             adapters = [(self._read_lora(ad), float(scale)) for ad, scale in loras]
             threads = n_threads or default_threads()
@@ -166,6 +166,11 @@ class LLM(CompletionAPI, EmbeddingAPI):
         self.embedder = Embedder(self.engine, self.n_ctx, self.n_batch, self.engine.n_seq, self.pooling,
                                  self.desc.non_causal, scorer)
         self.load_ms = (time.perf_counter() - t0) * 1000.0
+
+    @property
+    def generates(self) -> bool:
+        """The model has an output head to generate text with (an encoder such as BERT has none)."""
+        return self.desc.arch != "bert"
 
     # ---- embeddings ----
     def embed_tokens(self, texts: Sequence[Sequence[int]], embd_normalize: int = 2
@@ -300,7 +305,7 @@ class LLM(CompletionAPI, EmbeddingAPI):
         of the last one (or of all, n x vocab)."""
         if not tokens:
             raise ValueError("nothing to evaluate")
-        if self.desc.arch == "bert":
+        if not self.generates:
             raise ValueError(f"{self.path.name} is an embedding model ({self.hp.arch}): it has no output head to "
                              f"generate text with; use embed()")
         outs = []

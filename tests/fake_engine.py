@@ -113,6 +113,7 @@ class FakeLLM:
         self.lora_scales: list[float] = []
         self.seq = KVSequence(self.engine, 0, n_ctx, 0, context_shift)
         self.closed = False
+        self.generates = True  # a decoder (an encoder answers embeddings only)
 
     def seq_scales(self, seq: int) -> tuple[float, ...]:
         return ()

@@ -388,7 +388,7 @@ class Scheduler:
             return None
         slot = None
         try:
-            if llm.desc.arch == "bert":
+            if not llm.generates:
                 raise P.ProtocolError(P.BAD_REQUEST, f"{llm.path.name} is an embedding model ({llm.hp.arch}): it "
                                       f"answers embeddings requests only", req.id)
             ids = self._tokens(job)
