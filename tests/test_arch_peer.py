@@ -199,7 +199,7 @@ def gguf_py_vocab(vocab_dir: Path) -> Any:
     return read
 
 
-@pytest.mark.parametrize("kind", list(MODELS))
+@pytest.mark.parametrize("kind", list(CASES))  # the decoders (the encoders: tests/test_embedding_peer.py)
 def test_written_file_reads_back_with_gguf_py(kind: str, models: Models, gguf_py_vocab: Any) -> None:
     """An independent reader (gguf on PyPI, llama.cpp's own) sees the model keys, the vocabulary bit for bit,
     every tensor with the shape intended, and quantized blocks that dequantize near the F32 values written.
