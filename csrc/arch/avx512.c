@@ -201,6 +201,54 @@ EL_DOT_BLK512(vec_dot_q5_1_avx512, 24, 36, q5_1)
 EL_KQ_TILE512(vec_dot_q4_K_avx512, el_q4k, block_q4_K)
 EL_KQ_TILE512(vec_dot_q6_K_avx512, el_q6k, block_q6_K)
 
+/* ---- float weights (F32, F16, BF16) x F32 activations: 16 lanes, one accumulator per output ----
+ * Prompts of F16 models (a converted BERT) were one vec_dot per (row, token), each converting its row's
+ * halves again and ending in a horizontal sum. Here NR weight rows x NV activation rows per call: a
+ * weight vector is converted once for the NV activations, an activation vector loaded once for the NR
+ * rows, and each output is one chain of FMAs over 16-lane steps (the last step masked: zeros in both
+ * operands add nothing) and _mm512_reduce_add_ps, whatever NR and NV: vec_dot's bits. The three types
+ * share the chain, so a weight stored as halves gives the bits of its values widened to F32 (LoRA's
+ * F16 adapters rely on it). LOAD16(row, i, mask): values i..i+15 of a row as floats. */
+EL_AVX512 static inline __m512 f32x16(const uint8_t *p, size_t i, __mmask16 m) {
+    return _mm512_maskz_loadu_ps(m, (const float *)p + i);
+}
+EL_AVX512 static inline __m512 f16x16(const uint8_t *p, size_t i, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p + 2 * i));
+}
+EL_AVX512 static inline __m512 bf16x16(const uint8_t *p, size_t i, __mmask16 m) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p + 2 * i)), 16));
+}
+
+#define EL_FLOAT_STEP512(LOAD16, M)                                                                \
+    do {                                                                                           \
+        __m512 y[EL_NV_MAX];                                                                       \
+        EL_UNROLL for (int v = 0; v < NV; v++) y[v] = f32x16(pa + v * as, i, (M));                 \
+        EL_UNROLL for (int r = 0; r < NR; r++) {                                                   \
+            const __m512 x = LOAD16(pw + r * ws, i, (M));                                          \
+            EL_UNROLL for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(x, y[v], acc[r][v]); \
+        }                                                                                          \
+    } while (0)
+
+#define EL_FLOAT_TILE512(NAME, LOAD16)                                                             \
+    EL_AVX512 EL_FORCE_INLINE void NAME##_tile(size_t n, const void *w, size_t ws, const int NR, const void *a, \
+                                               size_t as, const int NV, float *out, size_t ldo) {  \
+        const uint8_t *pw = w, *pa = a;                                                            \
+        __m512 acc[EL_MV_ROWS][EL_NV_MAX];                                                         \
+        EL_UNROLL for (int r = 0; r < NR; r++)                                                     \
+            EL_UNROLL for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();                \
+        size_t i = 0;                                                                              \
+        for (; i + 16 <= n; i += 16) EL_FLOAT_STEP512(LOAD16, (__mmask16)0xFFFF);                  \
+        if (i < n) EL_FLOAT_STEP512(LOAD16, (__mmask16)((1u << (n - i)) - 1));                     \
+        EL_UNROLL for (int r = 0; r < NR; r++)                                                     \
+            EL_UNROLL for (int v = 0; v < NV; v++) out[r * ldo + v] = _mm512_reduce_add_ps(acc[r][v]); \
+    }                                                                                              \
+    EL_TILE_ENTRIES(EL_AVX512, NAME, NAME##_tile)                                                  \
+    EL_TILE2_ENTRY(EL_AVX512, NAME, NAME##_tile)
+
+EL_FLOAT_TILE512(vec_dot_f32_avx512, f32x16)
+EL_FLOAT_TILE512(vec_dot_f16_avx512, f16x16)
+EL_FLOAT_TILE512(vec_dot_bf16_avx512, bf16x16)
+
 /* Replaces the AVX2 entries of the types above: vec_dot, vec_dot_nv, vec_dot_tile and vec_dot_rows
  * together, and clears vec_dot_panel, as dispatch.h requires (an AVX2 multi-row kernel left in place
  * would give AVX2's bits); every other type keeps the AVX2 kernels el_kernels_fill_avx2 installed. */
@@ -216,5 +264,8 @@ void el_kernels_fill_avx512(el_kernels *k) {
     EL_SET_ENTRIES(k, EL_TYPE_Q5_1, vec_dot_q5_1_avx512, vec_dot_q5_1_avx512_tile2);
     EL_SET_ENTRIES(k, EL_TYPE_Q4_K, vec_dot_q4_K_avx512, vec_dot_q4_K_avx512_tile2);
     EL_SET_ENTRIES(k, EL_TYPE_Q6_K, vec_dot_q6_K_avx512, vec_dot_q6_K_avx512_tile2);
+    EL_SET_ENTRIES(k, EL_TYPE_F32, vec_dot_f32_avx512, vec_dot_f32_avx512_tile2);
+    EL_SET_ENTRIES(k, EL_TYPE_F16, vec_dot_f16_avx512, vec_dot_f16_avx512_tile2);
+    EL_SET_ENTRIES(k, EL_TYPE_BF16, vec_dot_bf16_avx512, vec_dot_bf16_avx512_tile2);
 }
 #endif

@@ -5,7 +5,8 @@
 /* Exactness: every block dot product forms the same exact integer sums as quants.c / quants_k.c and
  * then the same float expression in the same block order, so with contraction off (as in the
  * reference files) its result is bit-identical to the scalar one. The quantizers are bit-identical
- * too. Only dot_f32, dot_f32_f16 and the axpys reassociate (4-lane partial sums, fused multiply-add). */
+ * too. Only the float kernels reassociate (4-lane partial sums, fused multiply-add): dot_f32, dot_f32_f16,
+ * the axpys and the vec_dots of F32 / F16 / BF16 weights. */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
@@ -414,6 +415,77 @@ static float dot_f32_f16_neon(size_t n, const float *a, const el_half *b) {
     return s;
 }
 
+/* Float weights (F32, F16, BF16) x F32 activations, NR weight rows x NV activation rows per call (the
+ * batch entries of dispatch.h; without them these types ran the scalar reference): a weight vector is
+ * widened once for the NV activations, an activation vector loaded once for the NR rows. Each output is
+ * one 4-lane FMA chain, vaddvq_f32, then the n % 4 tail as multiply and add, whatever NR and NV, so every
+ * entry has vec_dot's bits, and a weight stored as halves the bits of its values as F32 (LoRA's F16
+ * adapters rely on it). LOAD4(row, i): values i..i+3 as floats; TO_F32(row, i): value i. */
+static inline float32x4_t f32x4_ld(const uint8_t *p, size_t i) { return vld1q_f32((const float *)p + i); }
+static inline float f32_at(const uint8_t *p, size_t i) { float x; memcpy(&x, p + 4 * i, 4); return x; }
+static inline float32x4_t f16x4_ld(const uint8_t *p, size_t i) {
+    return vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(p + 2 * i)));
+}
+static inline float f16_at(const uint8_t *p, size_t i) { uint16_t h; memcpy(&h, p + 2 * i, 2); return el_fp16_to_fp32(h); }
+static inline float32x4_t bf16x4_ld(const uint8_t *p, size_t i) {
+    return vreinterpretq_f32_u32(vshll_n_u16(vreinterpret_u16_u8(vld1_u8(p + 2 * i)), 16));
+}
+static inline float bf16_at(const uint8_t *p, size_t i) { uint16_t h; memcpy(&h, p + 2 * i, 2); return el_bf16_to_fp32(h); }
+
+#define EL_FLOAT_TILE_NEON(NAME, LOAD4, TO_F32)                                                    \
+    static inline __attribute__((always_inline)) void NAME##_tile(size_t n, const void *w, size_t ws, const int NR, \
+                                                                  const void *a, size_t as, const int NV, float *out, \
+                                                                  size_t ldo) {                    \
+        const uint8_t *pw = w, *pa = a;                                                            \
+        float32x4_t acc[EL_MV_ROWS][EL_NV_MAX];                                                    \
+        for (int r = 0; r < NR; r++)                                                               \
+            for (int v = 0; v < NV; v++) acc[r][v] = vdupq_n_f32(0.0f);                            \
+        size_t i = 0;                                                                              \
+        for (; i + 4 <= n; i += 4) {                                                               \
+            float32x4_t y[EL_NV_MAX];                                                              \
+            for (int v = 0; v < NV; v++) y[v] = f32x4_ld(pa + v * as, i);                          \
+            for (int r = 0; r < NR; r++) {                                                         \
+                const float32x4_t x = LOAD4(pw + r * ws, i);                                       \
+                for (int v = 0; v < NV; v++) acc[r][v] = vfmaq_f32(acc[r][v], x, y[v]);            \
+            }                                                                                      \
+        }                                                                                          \
+        for (int r = 0; r < NR; r++)                                                               \
+            for (int v = 0; v < NV; v++) {                                                         \
+                float s = vaddvq_f32(acc[r][v]);                                                   \
+                for (size_t k = i; k < n; k++) s += TO_F32(pw + r * ws, k) * f32_at(pa + v * as, k); \
+                out[r * ldo + v] = s;                                                              \
+            }                                                                                      \
+    }                                                                                              \
+    static float NAME(size_t n, const void *w, const void *a) {                                    \
+        float out;                                                                                 \
+        NAME##_tile(n, w, 0, 1, a, 0, 1, &out, 1);                                                 \
+        return out;                                                                                \
+    }                                                                                              \
+    static void NAME##_nv(size_t n, const void *w, const void *a, size_t as, size_t nv, float *out) { \
+        switch (nv) {                                                                              \
+        case 1: NAME##_tile(n, w, 0, 1, a, as, 1, out, 0); break;                                  \
+        case 2: NAME##_tile(n, w, 0, 1, a, as, 2, out, 0); break;                                  \
+        case 3: NAME##_tile(n, w, 0, 1, a, as, 3, out, 0); break;                                  \
+        default: NAME##_tile(n, w, 0, 1, a, as, 4, out, 0); break;                                 \
+        }                                                                                          \
+    }                                                                                              \
+    static void NAME##_tile2(size_t n, const void *w, size_t ws, const void *a, size_t as, size_t nv, float *out, \
+                             size_t ldo) {                                                         \
+        switch (nv) {                                                                              \
+        case 1: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 1, out, ldo); break;                    \
+        case 2: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 2, out, ldo); break;                    \
+        case 3: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 3, out, ldo); break;                    \
+        default: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 4, out, ldo); break;                   \
+        }                                                                                          \
+    }                                                                                              \
+    static void NAME##_rows(size_t n, const void *w, size_t ws, const void *a, float *out) {       \
+        NAME##_tile(n, w, ws, EL_MV_ROWS, a, 0, 1, out, 1);                                        \
+    }
+
+EL_FLOAT_TILE_NEON(vec_dot_f32_neon, f32x4_ld, f32_at)
+EL_FLOAT_TILE_NEON(vec_dot_f16_neon, f16x4_ld, f16_at)
+EL_FLOAT_TILE_NEON(vec_dot_bf16_neon, bf16x4_ld, bf16_at)
+
 static void axpy_f16_neon(size_t n, float alpha, const el_half *x, float *y) {
     size_t i = 0;
     for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), ld_f16x4(x + i), alpha));
@@ -473,6 +545,13 @@ void el_kernels_fill_neon(el_kernels *k, int dotprod) {
     k->quantize_act[EL_TYPE_Q8_0] = q8_0_quantize;
     k->quantize_act[EL_TYPE_Q8_1] = q8_1_quantize;
     k->quantize_act[EL_TYPE_Q8_K] = q8_K_quantize;
+#define EL_SET_FLOAT(TYPE, NAME)                                                                   \
+    (k->vec_dot[TYPE] = NAME, k->vec_dot_nv[TYPE] = NAME##_nv, k->vec_dot_tile[TYPE] = NAME##_tile2, \
+     k->vec_dot_rows[TYPE] = NAME##_rows)
+    EL_SET_FLOAT(EL_TYPE_F32, vec_dot_f32_neon);
+    EL_SET_FLOAT(EL_TYPE_F16, vec_dot_f16_neon);
+    EL_SET_FLOAT(EL_TYPE_BF16, vec_dot_bf16_neon);
+#undef EL_SET_FLOAT
     k->dot_f32 = dot_f32_neon;
     k->dot_f32_f16 = dot_f32_f16_neon;
     k->axpy_f16 = axpy_f16_neon;
