@@ -154,3 +154,18 @@ def minilm(minilm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
 
     d = tmp_path_factory.mktemp("minilm")
     return {o: convert(minilm_dir, d / f"{o}.gguf", o).path for o in ("f32", "f16", "q8_0")}
+
+
+@pytest.fixture(scope="session")
+def peer_site() -> Path:
+    """llama-cpp-python from the cache, built there if missing (.ci/run builds it in a step of its own)."""
+    from llamacpp_peer import ensure_site
+    from llamacpp_ref import ReferenceUnavailable
+
+    from edgellama.default_model import cache_dir
+
+    try:
+        return ensure_site(cache_dir())
+    except ReferenceUnavailable as exc:
+        reason = str(exc)
+    skip_or_fail(reason)

@@ -205,26 +205,49 @@ def llamacpp_embeddings(site: Path, model_path: Path, prompts: list[list[int]], 
         return [np.load(out / f"embd{i}.npy") for i in range(len(prompts))]
 
 
-def _embed_worker(lc: Any, req: dict[str, Any]) -> None:
-    out = Path(req["out"])
-    prompts: list[list[int]] = req["prompts"]
-    n_batch = max(len(p) for p in prompts)
+def _open(lc: Any, req: dict[str, Any], n_batch: int) -> tuple[Any, Any]:
+    """The model and one context for the request: n_batch = n_ubatch (a prompt is one llama_decode, as an
+    encoder's sequence must be), one sequence, flash attention and the KV type as asked; embeddings with a
+    pooling type when req["embed"] names one."""
     model = lc.llama_model_load_from_file(req["model"].encode(), lc.llama_model_default_params())
     if not model:
         raise SystemExit(f"llama.cpp could not load {req['model']}")
     cp = lc.llama_context_default_params()
     cp.n_ctx = req["n_ctx"]
-    cp.n_batch = cp.n_ubatch = n_batch  # an encoder's sequence must be one ubatch
+    cp.n_batch = cp.n_ubatch = n_batch
     cp.n_seq_max = 1
     cp.n_threads = cp.n_threads_batch = req["n_threads"]
-    cp.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    cp.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if req["flash_attn"] else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
     cp.type_k = cp.type_v = KV_TYPES[req["kv_type"]]
-    cp.embeddings = True
-    cp.pooling_type = POOLING[req["embed"]]
+    if req.get("embed"):
+        cp.embeddings = True
+        cp.pooling_type = POOLING[req["embed"]]
     cp.no_perf = True
     ctx = lc.llama_init_from_model(model, cp)
     if not ctx:
         raise SystemExit("llama.cpp could not create the context")
+    return model, ctx
+
+
+def _decode(lc: Any, ctx: Any, batch: Any, tokens: list[int], pos0: int) -> None:
+    """tokens of sequence 0 at pos0.. in one llama_decode, every one an output."""
+    for k, tok in enumerate(tokens):
+        batch.token[k] = tok
+        batch.pos[k] = pos0 + k
+        batch.n_seq_id[k] = 1
+        batch.seq_id[k][0] = 0
+        batch.logits[k] = True
+    batch.n_tokens = len(tokens)
+    rc = lc.llama_decode(ctx, batch)
+    if rc != 0:
+        raise SystemExit(f"llama_decode returned {rc}")
+
+
+def _embed_worker(lc: Any, req: dict[str, Any]) -> None:
+    out = Path(req["out"])
+    prompts: list[list[int]] = req["prompts"]
+    n_batch = max(len(p) for p in prompts)
+    model, ctx = _open(lc, req, n_batch)
     mem = lc.llama_get_memory(ctx)
     n_embd = int(lc.llama_model_n_embd(model))
     n_out = int(lc.llama_model_n_cls_out(model)) if req["embed"] == "rank" else n_embd  # rank: the scores
@@ -232,16 +255,7 @@ def _embed_worker(lc: Any, req: dict[str, Any]) -> None:
     for i, prompt in enumerate(prompts):
         if mem:
             lc.llama_memory_clear(mem, True)
-        for k, tok in enumerate(prompt):
-            batch.token[k] = tok
-            batch.pos[k] = k
-            batch.n_seq_id[k] = 1
-            batch.seq_id[k][0] = 0
-            batch.logits[k] = True
-        batch.n_tokens = len(prompt)
-        rc = lc.llama_decode(ctx, batch)
-        if rc != 0:
-            raise SystemExit(f"llama_decode returned {rc}")
+        _decode(lc, ctx, batch, prompt, 0)
         if req["embed"] == "none":
             e = np.stack([np.ctypeslib.as_array(lc.llama_get_embeddings_ith(ctx, k), shape=(n_embd,)).copy()
                           for k in range(len(prompt))])
@@ -259,44 +273,20 @@ def _worker(request: Path) -> None:
     sys.path.insert(0, req["site"])
     import llama_cpp as lc
 
+    lc.llama_backend_init()
     if req.get("embed"):
-        lc.llama_backend_init()
         _embed_worker(lc, req)
         return
-
     out = Path(req["out"])
     prompts: list[list[int]] = req["prompts"]
     n_batch = max(len(p) for p in prompts)
-    lc.llama_backend_init()
-    model = lc.llama_model_load_from_file(req["model"].encode(), lc.llama_model_default_params())
-    if not model:
-        raise SystemExit(f"llama.cpp could not load {req['model']}")
-    cp = lc.llama_context_default_params()
-    cp.n_ctx = req["n_ctx"]
-    cp.n_batch = cp.n_ubatch = n_batch
-    cp.n_seq_max = 1
-    cp.n_threads = cp.n_threads_batch = req["n_threads"]
-    cp.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if req["flash_attn"] else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    cp.type_k = cp.type_v = KV_TYPES[req["kv_type"]]
-    cp.no_perf = True
-    ctx = lc.llama_init_from_model(model, cp)
-    if not ctx:
-        raise SystemExit("llama.cpp could not create the context")
+    model, ctx = _open(lc, req, n_batch)
     mem = lc.llama_get_memory(ctx)
     n_vocab = int(lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model)))
     batch = lc.llama_batch_init(n_batch, 0, 1)
 
     def decode(tokens: list[int], pos0: int) -> npt.NDArray[np.float32]:
-        for k, tok in enumerate(tokens):
-            batch.token[k] = tok
-            batch.pos[k] = pos0 + k
-            batch.n_seq_id[k] = 1
-            batch.seq_id[k][0] = 0
-            batch.logits[k] = True
-        batch.n_tokens = len(tokens)
-        rc = lc.llama_decode(ctx, batch)
-        if rc != 0:
-            raise SystemExit(f"llama_decode returned {rc}")
+        _decode(lc, ctx, batch, tokens, pos0)
         return np.ctypeslib.as_array(lc.llama_get_logits(ctx), shape=(len(tokens), n_vocab)).copy()
 
     greedy = []

@@ -133,21 +133,6 @@ def vocab_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def peer_site() -> Path:
-    """llama-cpp-python from the cache, built there if missing (.ci/run builds it in a step of its own)."""
-    from llamacpp_peer import ensure_site
-    from llamacpp_ref import ReferenceUnavailable
-
-    from edgellama.default_model import cache_dir
-
-    try:
-        return ensure_site(cache_dir())
-    except ReferenceUnavailable as exc:
-        reason = str(exc)
-    skip_or_fail(reason)
-
-
-@pytest.fixture(scope="session")
 def models(tmp_path_factory: pytest.TempPathFactory, vocab_dir: Path) -> Models:
     return Models(tmp_path_factory.mktemp("arch-models"), vocab_dir)
 

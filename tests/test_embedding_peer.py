@@ -16,7 +16,6 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from arch_models import write_arch_model
-from conftest import skip_or_fail
 from llamacpp_peer import llamacpp_embeddings
 
 from edgellama.llm import LLM
@@ -34,20 +33,6 @@ TEXTS = ["The cat sat on the mat.", "A kitten is resting on a small rug.",
 EXACT = 0.9999
 QUANT = 0.995
 ENCODER_Q8 = 0.999
-
-
-@pytest.fixture(scope="module")
-def peer_site() -> Path:
-    from llamacpp_peer import ensure_site
-    from llamacpp_ref import ReferenceUnavailable
-
-    from edgellama.default_model import cache_dir
-
-    try:
-        return ensure_site(cache_dir())
-    except ReferenceUnavailable as exc:
-        reason = str(exc)
-    skip_or_fail(reason)
 
 
 def cosines(a: list[npt.NDArray[np.float32]], b: list[npt.NDArray[np.float32]]) -> list[float]:
