@@ -48,10 +48,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
-from vs_llamacpp import Worker, loadavg  # bench/ is the script's folder: sys.path[0]
+from vs_llamacpp import Worker, loadavg, proto_channel  # bench/ is the script's folder: sys.path[0]
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path.home() / ".cache" / "edgellama"
@@ -160,17 +160,10 @@ class LlamaCppEmbed:
 WORKERS: dict[str, Any] = {"edgellama": EdgeEmbed, "llama-cpp-python": LlamaCppEmbed}
 
 
-def _proto_channel() -> IO[str]:
-    """A private copy of stdout for the protocol; fd 1 then points at stderr, so whatever the C
-    libraries print cannot corrupt the JSON lines the parent reads."""
-    out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    return out
-
 
 def worker_main(a: argparse.Namespace) -> int:
     """One JSON command per stdin line ({"op": "embed", "vectors": bool}), one JSON answer per line."""
-    out = _proto_channel()
+    out = proto_channel()
     eng = WORKERS[a.worker](a)
     out.write(json.dumps({"ready": True, "info": eng.info()}) + "\n")
     for line in sys.stdin:

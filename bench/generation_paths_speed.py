@@ -63,7 +63,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
+
+from vs_llamacpp import proto_channel  # bench/ is the script's folder: sys.path[0]
 
 REPO = Path(__file__).resolve().parent.parent
 PROMPT = ("The history of the bicycle begins in the early nineteenth century, when inventors in Germany and "
@@ -80,13 +82,6 @@ N_CLIENTS = 4
 def log(msg: str) -> None:
     print(f"[generation_paths_speed] {msg}", file=sys.stderr, flush=True)
 
-
-def _proto_channel() -> IO[str]:
-    """The worker's answer goes to a private copy of stdout; fd 1 then points at stderr, so anything the
-    C libraries print cannot corrupt the JSON line the parent reads."""
-    out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    return out
 
 
 def client_rate(arrivals: list[float], n: int) -> float | None:
@@ -182,7 +177,7 @@ def _eval_loop(ev: Any, ids: list[int], n: int, threads: int, np: Any) -> dict[s
 
 
 def worker_main(a: argparse.Namespace) -> int:
-    out = _proto_channel()
+    out = proto_channel()
     res = worker_api(a) if a.worker == "api" else worker_llamacpp(a)
     out.write(json.dumps(res) + "\n")
     return 0

@@ -39,10 +39,10 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
-from vs_llamacpp import Worker, loadavg  # bench/ is the script's folder: sys.path[0]
+from vs_llamacpp import Worker, loadavg, proto_channel  # bench/ is the script's folder: sys.path[0]
 
 REPO = Path(__file__).resolve().parent.parent
 LLAMA_SITE = Path.home() / ".cache" / "edgellama" / "llamacpp-x86" / "site"
@@ -179,17 +179,10 @@ class LlamaCppParallel:
 ENGINES: dict[str, Any] = {"edgellama": EdgeParallel, "llama.cpp": LlamaCppParallel}
 
 
-def _proto_channel() -> IO[str]:
-    """The protocol gets a private copy of stdout; fd 1 then points at stderr, so anything the
-    C libraries print cannot corrupt the JSON lines the parent reads."""
-    out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    return out
-
 
 def worker_main(args: argparse.Namespace) -> int:
     """Long-lived worker: one JSON command per stdin line, one JSON answer per line."""
-    out = _proto_channel()
+    out = proto_channel()
     eng = ENGINES[args.worker](args)
     out.write(json.dumps({"ready": True, "info": eng.info()}) + "\n")
     for line in sys.stdin:

@@ -159,7 +159,7 @@ def _time_tg(eng: Any, first: int, n: int) -> tuple[float, float]:
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-def _proto_channel() -> IO[str]:
+def proto_channel() -> IO[str]:
     """The protocol gets a private copy of stdout; fd 1 then points at stderr, so anything the
     C libraries print cannot corrupt the JSON lines the parent reads."""
     out = os.fdopen(os.dup(1), "w", buffering=1)
@@ -169,7 +169,7 @@ def _proto_channel() -> IO[str]:
 
 def worker_main(args: argparse.Namespace) -> int:
     """Long-lived worker: one JSON command per stdin line, one JSON answer per line."""
-    out = _proto_channel()
+    out = proto_channel()
     eng = ENGINES[args.worker](args.model, args.ctx, args.batch, args.worker_threads, args.flash_attn,
                                args.swa_full, args.numerics)
     out.write(json.dumps({"ready": True, "info": eng.info()}) + "\n")
@@ -200,7 +200,7 @@ def read_status() -> dict[str, int]:
 
 def rss_main(args: argparse.Namespace) -> int:
     """Fresh process: load at --ctx, evaluate a prompt, generate --n-gen greedy tokens, report memory."""
-    out = _proto_channel()
+    out = proto_channel()
     if args.rss == "edgellama":
         sys.path.insert(0, str(REPO))
         import edgellama.llm  # noqa: F401  (the baseline includes the engine's own import)
