@@ -48,14 +48,14 @@ QUANT_BYTES: dict[int, list[tuple[int, int]]] = {
 LEGACY = {T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0}
 K_QUANTS = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K}
 ACT_TYPES = {T.Q8_0, T.Q8_1, T.Q8_K}
-FLOATS = {T.F32, T.F16, T.BF16}
+FLOATS = {T.F32, T.F16, T.BF16}  # float weights: one FMA chain per output (avx2.c, avx512.c, neon.c)
 AVX2_KERNELS: dict[str, set[int]] = {
     "vec_dot": {T.F32, T.F16, T.BF16} | LEGACY | K_QUANTS,
     "quantize_act": ACT_TYPES,
-    "vec_dot_nv": LEGACY | {T.Q4_K, T.Q5_K, T.Q6_K},
-    # 2 x 4 tiles: the two-blocks-per-register kernels (csrc/arch/avx2.c), Q4_K and Q6_K
-    "vec_dot_tile": {T.Q5_0, T.Q8_0, T.Q4_K, T.Q6_K},
-    "vec_dot_rows": LEGACY | {T.Q4_K, T.Q6_K},
+    "vec_dot_nv": LEGACY | {T.Q4_K, T.Q5_K, T.Q6_K} | FLOATS,
+    # 2 x 4 tiles: the two-blocks-per-register kernels (csrc/arch/avx2.c), Q4_K and Q6_K, the float types
+    "vec_dot_tile": {T.Q5_0, T.Q8_0, T.Q4_K, T.Q6_K} | FLOATS,
+    "vec_dot_rows": LEGACY | {T.Q4_K, T.Q6_K} | FLOATS,
 }
 # NEON (csrc/arch/neon_batch.c): nv kernels for every quantized type; 2 x 4 tiles for the 32-value
 # types and the float types (csrc/arch/neon.c), and for Q4_K with dotprod only (two rows of Q4_K spill without it). Q2_K, Q3_K, Q5_K and
@@ -70,10 +70,8 @@ NEON_KERNELS: dict[str, set[int]] = {
 ISA_KERNELS: dict[str, dict[str, set[int]]] = {
     "avx2": AVX2_KERNELS,
     # AVX-512 VNNI replaces the legacy types and Q4_K / Q6_K, all with 2-row tiles, and the float types
-    # (F32, F16, BF16: one 16-lane chain per output) with nv, tile and rows kernels; the rest stay AVX2's
-    "avx512": {**AVX2_KERNELS, "vec_dot_nv": AVX2_KERNELS["vec_dot_nv"] | FLOATS,
-               "vec_dot_tile": LEGACY | {T.Q4_K, T.Q6_K} | FLOATS,
-               "vec_dot_rows": AVX2_KERNELS["vec_dot_rows"] | FLOATS},
+    # (one 16-lane chain per output); the rest stay AVX2's
+    "avx512": {**AVX2_KERNELS, "vec_dot_tile": LEGACY | {T.Q4_K, T.Q6_K} | FLOATS},
     "neon": NEON_KERNELS,
     "neon-dotprod": {**NEON_KERNELS, "vec_dot_tile": LEGACY | {T.Q4_K} | FLOATS},
 }

@@ -114,56 +114,61 @@ static inline float f32_id(float x) { return x; }
 EL_VECMAT(vecmat_f32_avx2, float, _mm256_loadu_ps, f32_id)
 EL_VECMAT(vecmat_f16_avx2, el_half, load_f16x8, _cvtsh_ss)
 
-/* Float weight rows as vec_dot entries. GGUF rows may sit at any byte offset: every load is loadu,
- * and the scalar tails go through memcpy. */
-EL_AVX2 static float vec_dot_f32_avx2(size_t n, const void *w, const void *a) {
-    const uint8_t *pw = w, *pa = a;
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(pw + 4 * i)), _mm256_loadu_ps((const float *)(pa + 4 * i)), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(pw + 4 * i + 32)), _mm256_loadu_ps((const float *)(pa + 4 * i + 32)), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(pw + 4 * i + 64)), _mm256_loadu_ps((const float *)(pa + 4 * i + 64)), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(pw + 4 * i + 96)), _mm256_loadu_ps((const float *)(pa + 4 * i + 96)), s3);
-    }
-    for (; i + 8 <= n; i += 8)
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(pw + 4 * i)), _mm256_loadu_ps((const float *)(pa + 4 * i)), s0);
-    float s = el_hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < n; i++) {
-        float x, y;
-        memcpy(&x, pw + 4 * i, 4);
-        memcpy(&y, pa + 4 * i, 4);
-        s += x * y;
-    }
-    return s;
+/* Float weight rows (F32, F16, BF16) x F32 activations, NR weight rows x NV activation rows per call:
+ * a weight vector is widened once for the NV activations, an activation vector loaded once for the NR
+ * rows. Each output is one 8-lane FMA chain, el_hsum_ps, then the n % 8 tail in order as multiply and
+ * add, whatever NR and NV: every entry has vec_dot's bits, and the three types share the chain, so a
+ * weight stored as halves gives the bits of its values as F32 (LoRA's F16 adapters rely on it). GGUF
+ * rows may sit at any byte offset: every load is loadu, the scalar tails go through memcpy.
+ * LOAD8(row, i): values i..i+7 as floats; TO_F32(row, i): value i. */
+EL_AVX2 static inline __m256 f32x8_ld(const uint8_t *p, size_t i) { return _mm256_loadu_ps((const float *)p + i); }
+EL_AVX2 static inline __m256 f16x8_ld(const uint8_t *p, size_t i) { return load_f16x8(p + 2 * i); }
+EL_AVX2 static inline __m256 bf16x8_ld(const uint8_t *p, size_t i) { return load_bf16x8(p + 2 * i); }
+static inline float f32_at(const uint8_t *p, size_t i) {
+    float x;
+    memcpy(&x, p + 4 * i, 4);
+    return x;
+}
+EL_AVX2 static inline float f16_at(const uint8_t *p, size_t i) {
+    uint16_t h;
+    memcpy(&h, p + 2 * i, 2);
+    return _cvtsh_ss(h);
+}
+static inline float bf16_at(const uint8_t *p, size_t i) {
+    uint16_t h;
+    memcpy(&h, p + 2 * i, 2);
+    return el_bf16_to_fp32(h);
 }
 
-#define EL_HALF_ROW_DOT(NAME, LOAD8, TO_F32)                                                       \
-    EL_AVX2 static float NAME(size_t n, const void *w, const void *a) {                            \
+#define EL_FLOAT_TILE_AVX2(NAME, LOAD8, TO_F32)                                                    \
+    EL_AVX2 EL_FORCE_INLINE void NAME##_tile(size_t n, const void *w, size_t ws, const int NR, const void *a, \
+                                             size_t as, const int NV, float *out, size_t ldo) {    \
         const uint8_t *pw = w, *pa = a;                                                            \
-        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                                \
+        __m256 acc[EL_MV_ROWS][EL_NV_MAX];                                                         \
+        EL_UNROLL for (int r = 0; r < NR; r++)                                                     \
+            EL_UNROLL for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps();                \
         size_t i = 0;                                                                              \
-        for (; i + 32 <= n; i += 32) {                                                             \
-            s0 = _mm256_fmadd_ps(LOAD8(pw + 2 * i), _mm256_loadu_ps((const float *)(pa + 4 * i)), s0);      \
-            s1 = _mm256_fmadd_ps(LOAD8(pw + 2 * i + 16), _mm256_loadu_ps((const float *)(pa + 4 * i + 32)), s1); \
-            s2 = _mm256_fmadd_ps(LOAD8(pw + 2 * i + 32), _mm256_loadu_ps((const float *)(pa + 4 * i + 64)), s2); \
-            s3 = _mm256_fmadd_ps(LOAD8(pw + 2 * i + 48), _mm256_loadu_ps((const float *)(pa + 4 * i + 96)), s3); \
+        for (; i + 8 <= n; i += 8) {                                                               \
+            __m256 y[EL_NV_MAX];                                                                   \
+            EL_UNROLL for (int v = 0; v < NV; v++) y[v] = f32x8_ld(pa + v * as, i);                \
+            EL_UNROLL for (int r = 0; r < NR; r++) {                                               \
+                const __m256 x = LOAD8(pw + r * ws, i);                                            \
+                EL_UNROLL for (int v = 0; v < NV; v++) acc[r][v] = _mm256_fmadd_ps(x, y[v], acc[r][v]); \
+            }                                                                                      \
         }                                                                                          \
-        for (; i + 8 <= n; i += 8)                                                                 \
-            s0 = _mm256_fmadd_ps(LOAD8(pw + 2 * i), _mm256_loadu_ps((const float *)(pa + 4 * i)), s0);      \
-        float s = el_hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));         \
-        for (; i < n; i++) {                                                                       \
-            uint16_t h;                                                                            \
-            float y;                                                                               \
-            memcpy(&h, pw + 2 * i, 2);                                                             \
-            memcpy(&y, pa + 4 * i, 4);                                                             \
-            s += TO_F32(h) * y;                                                                    \
-        }                                                                                          \
-        return s;                                                                                  \
-    }
+        EL_UNROLL for (int r = 0; r < NR; r++)                                                     \
+            EL_UNROLL for (int v = 0; v < NV; v++) {                                               \
+                float s = el_hsum_ps(acc[r][v]);                                                   \
+                for (size_t k = i; k < n; k++) s += TO_F32(pw + r * ws, k) * f32_at(pa + v * as, k); \
+                out[r * ldo + v] = s;                                                              \
+            }                                                                                      \
+    }                                                                                              \
+    EL_TILE_ENTRIES(EL_AVX2, NAME, NAME##_tile)                                                    \
+    EL_TILE2_ENTRY(EL_AVX2, NAME, NAME##_tile)
 
-EL_HALF_ROW_DOT(vec_dot_f16_avx2, load_f16x8, _cvtsh_ss)
-EL_HALF_ROW_DOT(vec_dot_bf16_avx2, load_bf16x8, el_bf16_to_fp32)
+EL_FLOAT_TILE_AVX2(vec_dot_f32_avx2, f32x8_ld, f32_at)
+EL_FLOAT_TILE_AVX2(vec_dot_f16_avx2, f16x8_ld, f16_at)
+EL_FLOAT_TILE_AVX2(vec_dot_bf16_avx2, bf16x8_ld, bf16_at)
 
 /* ---- 32-value blocks: unpack to 32 int8 in value order, then one integer dot per block ---- */
 
@@ -723,9 +728,13 @@ EL_AVX2 static void quantize_q8_1_avx2(const float *src, void *dst, size_t n) {
 
 void el_kernels_fill_avx2(el_kernels *k) {
     k->name = "avx2";
-    k->vec_dot[EL_TYPE_F32] = vec_dot_f32_avx2;
-    k->vec_dot[EL_TYPE_F16] = vec_dot_f16_avx2;
-    k->vec_dot[EL_TYPE_BF16] = vec_dot_bf16_avx2;
+#define EL_SET_FLOAT(TYPE, NAME)                                                                   \
+    (k->vec_dot[TYPE] = NAME, k->vec_dot_nv[TYPE] = NAME##_nv, k->vec_dot_tile[TYPE] = NAME##_tile2, \
+     k->vec_dot_rows[TYPE] = NAME##_rows)
+    EL_SET_FLOAT(EL_TYPE_F32, vec_dot_f32_avx2);
+    EL_SET_FLOAT(EL_TYPE_F16, vec_dot_f16_avx2);
+    EL_SET_FLOAT(EL_TYPE_BF16, vec_dot_bf16_avx2);
+#undef EL_SET_FLOAT
     k->vec_dot[EL_TYPE_Q8_0] = vec_dot_q8_0_avx2;
     k->vec_dot[EL_TYPE_Q4_0] = vec_dot_q4_0_avx2;
     k->vec_dot[EL_TYPE_Q5_0] = vec_dot_q5_0_avx2;
