@@ -1,6 +1,7 @@
 /* forward.c - the forward pass (the decoders: Gemma and the llama family; the BERT encoders) in one
- * call per batch: embeddings, every layer, final norm, logits or hidden states. Reads top to bottom like llama2.c's forward();
- * weights are read in place from the caller's mapping, all memory was allocated by model.c. */
+ * call per batch: embeddings, every layer, final norm, logits or hidden states. Reads top to bottom like
+ * llama2.c's forward(); weights are read in place from the caller's mapping, all memory was allocated by
+ * model.c. */
 #include <math.h>
 #include <string.h>
 
@@ -78,7 +79,7 @@ static void glu_row(void *p, size_t i, size_t n) {
         el_kern()->gelu_lut(g, t->F, t->m->gelu_table);
         el_mul(g, g, t->u + i * t->F, t->F);
     } else {
-        t->m->ops->swiglu(g, t->m->u + i * t->F, t->F);
+        t->m->ops->swiglu(g, t->u + i * t->F, t->F);
     }
     (void)n;
 }
