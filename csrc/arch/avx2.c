@@ -728,13 +728,9 @@ EL_AVX2 static void quantize_q8_1_avx2(const float *src, void *dst, size_t n) {
 
 void el_kernels_fill_avx2(el_kernels *k) {
     k->name = "avx2";
-#define EL_SET_FLOAT(TYPE, NAME)                                                                   \
-    (k->vec_dot[TYPE] = NAME, k->vec_dot_nv[TYPE] = NAME##_nv, k->vec_dot_tile[TYPE] = NAME##_tile2, \
-     k->vec_dot_rows[TYPE] = NAME##_rows)
-    EL_SET_FLOAT(EL_TYPE_F32, vec_dot_f32_avx2);
-    EL_SET_FLOAT(EL_TYPE_F16, vec_dot_f16_avx2);
-    EL_SET_FLOAT(EL_TYPE_BF16, vec_dot_bf16_avx2);
-#undef EL_SET_FLOAT
+    EL_SET_DOT_ENTRIES(k, EL_TYPE_F32, vec_dot_f32_avx2, vec_dot_f32_avx2_tile2);
+    EL_SET_DOT_ENTRIES(k, EL_TYPE_F16, vec_dot_f16_avx2, vec_dot_f16_avx2_tile2);
+    EL_SET_DOT_ENTRIES(k, EL_TYPE_BF16, vec_dot_bf16_avx2, vec_dot_bf16_avx2_tile2);
     k->vec_dot[EL_TYPE_Q8_0] = vec_dot_q8_0_avx2;
     k->vec_dot[EL_TYPE_Q4_0] = vec_dot_q4_0_avx2;
     k->vec_dot[EL_TYPE_Q5_0] = vec_dot_q5_0_avx2;

@@ -249,23 +249,20 @@ EL_FLOAT_TILE512(vec_dot_f32_avx512, f32x16)
 EL_FLOAT_TILE512(vec_dot_f16_avx512, f16x16)
 EL_FLOAT_TILE512(vec_dot_bf16_avx512, bf16x16)
 
-/* Replaces the AVX2 entries of the types above: vec_dot, vec_dot_nv, vec_dot_tile and vec_dot_rows
- * together, and clears vec_dot_panel, as dispatch.h requires (an AVX2 multi-row kernel left in place
- * would give AVX2's bits); every other type keeps the AVX2 kernels el_kernels_fill_avx2 installed. */
-#define EL_SET_ENTRIES(K, TYPE, NAME, TILE)                                                        \
-    ((K)->vec_dot[TYPE] = NAME, (K)->vec_dot_nv[TYPE] = NAME##_nv, (K)->vec_dot_tile[TYPE] = (TILE), \
-     (K)->vec_dot_rows[TYPE] = NAME##_rows, (K)->vec_dot_panel[TYPE] = NULL)
+/* Replaces the AVX2 entries of the types above (EL_SET_DOT_ENTRIES: vec_dot, vec_dot_nv, vec_dot_tile
+ * and vec_dot_rows together, vec_dot_panel cleared); every other type keeps the AVX2 kernels
+ * el_kernels_fill_avx2 installed. */
 void el_kernels_fill_avx512(el_kernels *k) {
     k->name = "avx512";
-    EL_SET_ENTRIES(k, EL_TYPE_Q8_0, vec_dot_q8_0_avx512, vec_dot_q8_0_avx512_tile2);
-    EL_SET_ENTRIES(k, EL_TYPE_Q4_0, vec_dot_q4_0_avx512, vec_dot_q4_0_avx512_tile2);
-    EL_SET_ENTRIES(k, EL_TYPE_Q5_0, vec_dot_q5_0_avx512, vec_dot_q5_0_avx512_tile2);
-    EL_SET_ENTRIES(k, EL_TYPE_Q4_1, vec_dot_q4_1_avx512, vec_dot_q4_1_avx512_tile2);
-    EL_SET_ENTRIES(k, EL_TYPE_Q5_1, vec_dot_q5_1_avx512, vec_dot_q5_1_avx512_tile2);
-    EL_SET_ENTRIES(k, EL_TYPE_Q4_K, vec_dot_q4_K_avx512, vec_dot_q4_K_avx512_tile2);
-    EL_SET_ENTRIES(k, EL_TYPE_Q6_K, vec_dot_q6_K_avx512, vec_dot_q6_K_avx512_tile2);
-    EL_SET_ENTRIES(k, EL_TYPE_F32, vec_dot_f32_avx512, vec_dot_f32_avx512_tile2);
-    EL_SET_ENTRIES(k, EL_TYPE_F16, vec_dot_f16_avx512, vec_dot_f16_avx512_tile2);
-    EL_SET_ENTRIES(k, EL_TYPE_BF16, vec_dot_bf16_avx512, vec_dot_bf16_avx512_tile2);
+    EL_SET_DOT_ENTRIES(k, EL_TYPE_Q8_0, vec_dot_q8_0_avx512, vec_dot_q8_0_avx512_tile2);
+    EL_SET_DOT_ENTRIES(k, EL_TYPE_Q4_0, vec_dot_q4_0_avx512, vec_dot_q4_0_avx512_tile2);
+    EL_SET_DOT_ENTRIES(k, EL_TYPE_Q5_0, vec_dot_q5_0_avx512, vec_dot_q5_0_avx512_tile2);
+    EL_SET_DOT_ENTRIES(k, EL_TYPE_Q4_1, vec_dot_q4_1_avx512, vec_dot_q4_1_avx512_tile2);
+    EL_SET_DOT_ENTRIES(k, EL_TYPE_Q5_1, vec_dot_q5_1_avx512, vec_dot_q5_1_avx512_tile2);
+    EL_SET_DOT_ENTRIES(k, EL_TYPE_Q4_K, vec_dot_q4_K_avx512, vec_dot_q4_K_avx512_tile2);
+    EL_SET_DOT_ENTRIES(k, EL_TYPE_Q6_K, vec_dot_q6_K_avx512, vec_dot_q6_K_avx512_tile2);
+    EL_SET_DOT_ENTRIES(k, EL_TYPE_F32, vec_dot_f32_avx512, vec_dot_f32_avx512_tile2);
+    EL_SET_DOT_ENTRIES(k, EL_TYPE_F16, vec_dot_f16_avx512, vec_dot_f16_avx512_tile2);
+    EL_SET_DOT_ENTRIES(k, EL_TYPE_BF16, vec_dot_bf16_avx512, vec_dot_bf16_avx512_tile2);
 }
 #endif

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "neon_common.h"
+#include "tile_entries.h"
 
 /* ---------------- 32-value blocks: Q4_0 / Q5_0 / Q8_0 x Q8_0, Q4_1 / Q5_1 x Q8_1 ---------------- */
 
@@ -433,54 +434,30 @@ static inline float32x4_t bf16x4_ld(const uint8_t *p, size_t i) {
 static inline float bf16_at(const uint8_t *p, size_t i) { uint16_t h; memcpy(&h, p + 2 * i, 2); return el_bf16_to_fp32(h); }
 
 #define EL_FLOAT_TILE_NEON(NAME, LOAD4, TO_F32)                                                    \
-    static inline __attribute__((always_inline)) void NAME##_tile(size_t n, const void *w, size_t ws, const int NR, \
-                                                                  const void *a, size_t as, const int NV, float *out, \
-                                                                  size_t ldo) {                    \
+    EL_FORCE_INLINE void NAME##_tile(size_t n, const void *w, size_t ws, const int NR, const void *a, size_t as, \
+                                     const int NV, float *out, size_t ldo) {                       \
         const uint8_t *pw = w, *pa = a;                                                            \
         float32x4_t acc[EL_MV_ROWS][EL_NV_MAX];                                                    \
-        for (int r = 0; r < NR; r++)                                                               \
-            for (int v = 0; v < NV; v++) acc[r][v] = vdupq_n_f32(0.0f);                            \
+        EL_UNROLL for (int r = 0; r < NR; r++)                                                     \
+            EL_UNROLL for (int v = 0; v < NV; v++) acc[r][v] = vdupq_n_f32(0.0f);                  \
         size_t i = 0;                                                                              \
         for (; i + 4 <= n; i += 4) {                                                               \
             float32x4_t y[EL_NV_MAX];                                                              \
-            for (int v = 0; v < NV; v++) y[v] = f32x4_ld(pa + v * as, i);                          \
-            for (int r = 0; r < NR; r++) {                                                         \
+            EL_UNROLL for (int v = 0; v < NV; v++) y[v] = f32x4_ld(pa + v * as, i);                \
+            EL_UNROLL for (int r = 0; r < NR; r++) {                                               \
                 const float32x4_t x = LOAD4(pw + r * ws, i);                                       \
-                for (int v = 0; v < NV; v++) acc[r][v] = vfmaq_f32(acc[r][v], x, y[v]);            \
+                EL_UNROLL for (int v = 0; v < NV; v++) acc[r][v] = vfmaq_f32(acc[r][v], x, y[v]);  \
             }                                                                                      \
         }                                                                                          \
-        for (int r = 0; r < NR; r++)                                                               \
-            for (int v = 0; v < NV; v++) {                                                         \
+        EL_UNROLL for (int r = 0; r < NR; r++)                                                     \
+            EL_UNROLL for (int v = 0; v < NV; v++) {                                               \
                 float s = vaddvq_f32(acc[r][v]);                                                   \
                 for (size_t k = i; k < n; k++) s += TO_F32(pw + r * ws, k) * f32_at(pa + v * as, k); \
                 out[r * ldo + v] = s;                                                              \
             }                                                                                      \
     }                                                                                              \
-    static float NAME(size_t n, const void *w, const void *a) {                                    \
-        float out;                                                                                 \
-        NAME##_tile(n, w, 0, 1, a, 0, 1, &out, 1);                                                 \
-        return out;                                                                                \
-    }                                                                                              \
-    static void NAME##_nv(size_t n, const void *w, const void *a, size_t as, size_t nv, float *out) { \
-        switch (nv) {                                                                              \
-        case 1: NAME##_tile(n, w, 0, 1, a, as, 1, out, 0); break;                                  \
-        case 2: NAME##_tile(n, w, 0, 1, a, as, 2, out, 0); break;                                  \
-        case 3: NAME##_tile(n, w, 0, 1, a, as, 3, out, 0); break;                                  \
-        default: NAME##_tile(n, w, 0, 1, a, as, 4, out, 0); break;                                 \
-        }                                                                                          \
-    }                                                                                              \
-    static void NAME##_tile2(size_t n, const void *w, size_t ws, const void *a, size_t as, size_t nv, float *out, \
-                             size_t ldo) {                                                         \
-        switch (nv) {                                                                              \
-        case 1: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 1, out, ldo); break;                    \
-        case 2: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 2, out, ldo); break;                    \
-        case 3: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 3, out, ldo); break;                    \
-        default: NAME##_tile(n, w, ws, EL_TILE_ROWS, a, as, 4, out, ldo); break;                   \
-        }                                                                                          \
-    }                                                                                              \
-    static void NAME##_rows(size_t n, const void *w, size_t ws, const void *a, float *out) {       \
-        NAME##_tile(n, w, ws, EL_MV_ROWS, a, 0, 1, out, 1);                                        \
-    }
+    EL_TILE_ENTRIES(, NAME, NAME##_tile)                                                           \
+    EL_TILE2_ENTRY(, NAME, NAME##_tile)
 
 EL_FLOAT_TILE_NEON(vec_dot_f32_neon, f32x4_ld, f32_at)
 EL_FLOAT_TILE_NEON(vec_dot_f16_neon, f16x4_ld, f16_at)
@@ -545,13 +522,9 @@ void el_kernels_fill_neon(el_kernels *k, int dotprod) {
     k->quantize_act[EL_TYPE_Q8_0] = q8_0_quantize;
     k->quantize_act[EL_TYPE_Q8_1] = q8_1_quantize;
     k->quantize_act[EL_TYPE_Q8_K] = q8_K_quantize;
-#define EL_SET_FLOAT(TYPE, NAME)                                                                   \
-    (k->vec_dot[TYPE] = NAME, k->vec_dot_nv[TYPE] = NAME##_nv, k->vec_dot_tile[TYPE] = NAME##_tile2, \
-     k->vec_dot_rows[TYPE] = NAME##_rows)
-    EL_SET_FLOAT(EL_TYPE_F32, vec_dot_f32_neon);
-    EL_SET_FLOAT(EL_TYPE_F16, vec_dot_f16_neon);
-    EL_SET_FLOAT(EL_TYPE_BF16, vec_dot_bf16_neon);
-#undef EL_SET_FLOAT
+    EL_SET_DOT_ENTRIES(k, EL_TYPE_F32, vec_dot_f32_neon, vec_dot_f32_neon_tile2);
+    EL_SET_DOT_ENTRIES(k, EL_TYPE_F16, vec_dot_f16_neon, vec_dot_f16_neon_tile2);
+    EL_SET_DOT_ENTRIES(k, EL_TYPE_BF16, vec_dot_bf16_neon, vec_dot_bf16_neon_tile2);
     k->dot_f32 = dot_f32_neon;
     k->dot_f32_f16 = dot_f32_f16_neon;
     k->axpy_f16 = axpy_f16_neon;
