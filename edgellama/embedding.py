@@ -20,7 +20,19 @@ POOLINGS = ("none", "mean", "cls", "last", "rank")
 
 
 class EmbeddingError(ValueError):
-    """A text that cannot be embedded (too long for the context), or a setting that cannot be used."""
+    """A text that cannot be embedded (a token outside the vocabulary, no tokens), or a setting that cannot
+    be used."""
+
+
+class TextTooLong(EmbeddingError):
+    """A text longer than the context (the service's `context` error)."""
+
+
+def check_token_ids(texts: Sequence[Sequence[int]], n_vocab: int) -> None:
+    """Refuses, naming the input, a token id outside the vocabulary (inputs given as token lists)."""
+    for i, t in enumerate(texts):
+        if any(not 0 <= tok < n_vocab for tok in t):
+            raise EmbeddingError(f"input {i}: a token id outside 0..{n_vocab - 1}")
 
 
 def resolve_pooling(requested: str | None, file_pooling: str, has_head: bool = False) -> str:
@@ -129,7 +141,7 @@ class Embedder:
         if n == 0:
             raise EmbeddingError(f"text {i} has no tokens")
         if n > self.max_tokens:
-            raise EmbeddingError(f"text {i} is {n} tokens, longer than the context of {self.max_tokens} tokens "
+            raise TextTooLong(f"text {i} is {n} tokens, longer than the context of {self.max_tokens} tokens "
                                  f"(-c); shorten it or split it (--embd-separator)")
 
     def embed(self, texts: Sequence[Sequence[int]]) -> list[npt.NDArray[np.float32]]:
@@ -168,9 +180,10 @@ class Embedder:
             if len(group) == 1 and len(texts[group[0]]) > self.n_batch:
                 toks = list(texts[group[0]])
                 parts = []
+                wanted = self._wanted(len(toks))
                 for p0 in range(0, len(toks), self.n_batch):
                     chunk = toks[p0:p0 + self.n_batch]
-                    w = self._wanted(len(toks))[p0:p0 + len(chunk)]
+                    w = wanted[p0:p0 + len(chunk)]
                     if any(w):
                         parts.append(self.engine.decode_embd([0] * len(chunk), chunk,
                                                              list(range(p0, p0 + len(chunk))), w))

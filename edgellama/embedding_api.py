@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from edgellama.embedding import EmbeddingError, rerank_tokens
+from edgellama.embedding import EmbeddingError, check_token_ids, rerank_tokens
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -48,9 +48,7 @@ class EmbeddingAPI:
             if single:
                 items = [items]
         texts = [self.tokenize(x) if isinstance(x, str) else [int(t) for t in x] for x in items]
-        for i, t in enumerate(texts):
-            if any(not 0 <= tok < self.n_vocab for tok in t):
-                raise EmbeddingError(f"input {i}: a token id outside 0..{self.n_vocab - 1}")
+        check_token_ids(texts, self.n_vocab)
         if truncate:
             texts = [t[:self.embedder.max_tokens] for t in texts]
         return texts, single

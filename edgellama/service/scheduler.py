@@ -332,7 +332,7 @@ class Scheduler:
 
     def _embed(self, job: Job) -> None:
         """An embeddings request, whole: every input's vector in one `done` event, or one error event."""
-        from edgellama.embedding import EmbeddingError
+        from edgellama.embedding import EmbeddingError, TextTooLong, check_token_ids
 
         llm, slots = self.llm, self.slots
         assert llm is not None and slots is not None
@@ -346,15 +346,10 @@ class Scheduler:
             return
         try:
             toks = [llm.tokenize(x, add_bos=True, special=True) if isinstance(x, str) else list(x) for x in req.inputs]
-            for i, t in enumerate(toks):
-                if any(not 0 <= tok < llm.n_vocab for tok in t):
-                    raise P.ProtocolError(P.BAD_REQUEST, f"input {i}: a token id outside 0..{llm.n_vocab - 1}", req.id)
+            check_token_ids(toks, llm.n_vocab)
             job.stats["n_prompt"] = n = sum(len(t) for t in toks)
             try:
                 vecs = llm.embed_tokens(toks, req.embd_normalize if llm.pooling != "none" else -1)
-            except EmbeddingError as exc:
-                raise P.ProtocolError(P.CONTEXT if "longer than" in str(exc) else P.BAD_REQUEST, str(exc),
-                                      req.id) from None
             finally:
                 for slot in slots.slots:  # the texts ran in the slots' sequences
                     slot.seq.clear()
@@ -365,8 +360,9 @@ class Scheduler:
             self._finish(job, {"event": "done", "id": req.id, "embeddings": [v.tolist() for v in vecs],
                                "n_tokens": [len(t) for t in toks], "tokens_evaluated": n,
                                "pooling": llm.pooling, "n_embd": llm.desc.n_embd})
-        except P.ProtocolError as exc:
-            self._finish(job, P.error_event(req.id, exc.code, str(exc)))
+        except EmbeddingError as exc:  # the client's: a bad token id, an empty text, a text past the context
+            code = P.CONTEXT if isinstance(exc, TextTooLong) else P.BAD_REQUEST
+            self._finish(job, P.error_event(req.id, code, str(exc)))
         except Exception as exc:  # noqa: BLE001 - this request ends, the service goes on
             log.error("embedding request failed: %s", exc,
                       extra={"fields": {"id": req.id, "trace": traceback.format_exc()}})
