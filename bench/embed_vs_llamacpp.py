@@ -160,7 +160,6 @@ class LlamaCppEmbed:
 WORKERS: dict[str, Any] = {"edgellama": EdgeEmbed, "llama-cpp-python": LlamaCppEmbed}
 
 
-
 def worker_main(a: argparse.Namespace) -> int:
     """One JSON command per stdin line ({"op": "embed", "vectors": bool}), one JSON answer per line."""
     out = proto_channel()

@@ -83,7 +83,6 @@ def log(msg: str) -> None:
     print(f"[generation_paths_speed] {msg}", file=sys.stderr, flush=True)
 
 
-
 def client_rate(arrivals: list[float], n: int) -> float | None:
     """(n - 1) decode steps between the first and the n-th token's arrival; None unless exactly n arrived."""
     if len(arrivals) != n or n < 2 or arrivals[-1] <= arrivals[0]:

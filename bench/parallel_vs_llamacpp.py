@@ -179,7 +179,6 @@ class LlamaCppParallel:
 ENGINES: dict[str, Any] = {"edgellama": EdgeParallel, "llama.cpp": LlamaCppParallel}
 
 
-
 def worker_main(args: argparse.Namespace) -> int:
     """Long-lived worker: one JSON command per stdin line, one JSON answer per line."""
     out = proto_channel()
