@@ -25,7 +25,8 @@ from edgellama.embedding import Embedder, EmbeddingError, RankScorer, normalize,
 from edgellama.embedding_api import EmbeddingAPI
 from edgellama.generation import Event, Generation, Timings
 from edgellama.gguf.metadata import Metadata
-from edgellama.gguf.split import iter_pieces, open_model_file
+from edgellama.gguf.reader import GGUFFile
+from edgellama.gguf.split import SplitGGUF, iter_pieces, open_model_file
 from edgellama.memplan import BudgetError, MemoryPlan, choose_plan, with_loras
 from edgellama.native.engine import Engine, Pool
 from edgellama.native.lib import KernelError
@@ -86,6 +87,24 @@ def default_threads() -> int:
     return max(1, min(n, 8))
 
 
+def load_plan(hp: Any, desc: Any, n_ctx: int | None, n_batch: int, threads: int, kv_type: str,
+              mem_budget: int | None, numerics: str, n_seq: int | None, adapters: list[Any],
+              embedding: bool) -> MemoryPlan:
+    """The memory plan LLM(...) loads with (memplan.choose_plan under LLM's defaults: an embedding
+    model's context of EMBD_CTX per text and EMBD_SEQS texts at once, an encoder's batch of its whole
+    context); raises memplan.BudgetError when it does not fit mem_budget."""
+    train = hp.n_ctx_train or DEFAULT_CTX
+    if embedding and not (n_ctx and n_ctx > 0):
+        n_ctx = min(train, EMBD_CTX)
+    if desc.non_causal:  # an encoder's text is one batch: the whole context
+        n_batch = max(n_batch, n_ctx or train)
+    if n_seq is None:
+        n_seq = EMBD_SEQS if embedding else 1
+    ctx_max = train if mem_budget is not None else min(train, DEFAULT_CTX)
+    return choose_plan(desc, n_ctx if n_ctx and n_ctx > 0 else None, ctx_max, n_batch, kv_type, threads,
+                       mem_budget, numerics, n_seq, adapters)
+
+
 class LLM(CompletionAPI, EmbeddingAPI):
     def __init__(self, path: str | Path | None = None, n_ctx: int | None = None, n_batch: int = 512,
                  n_threads: int | None = None, kv_type: str = "f16", mem_budget: int | None = None,
@@ -111,11 +130,12 @@ class LLM(CompletionAPI, EmbeddingAPI):
         t0 = time.perf_counter()
         if (path is None) == (model_path is None):
             raise TypeError("give the model as path or model_path, exactly once")
-        self.path = resolve_model(path if path is not None else model_path)  # type: ignore[arg-type]
         self.seed = seed if seed is not None and seed >= 0 else None
         self.chat_format_name = chat_format
         self._chat: ChatFormatter | None = None
-        self.file = open_model_file(self.path)
+        given = path if isinstance(path, (GGUFFile, SplitGGUF)) else None
+        self.path = given.path if given is not None else resolve_model(path if path is not None else model_path)  # type: ignore[arg-type]
+        self.file = given if given is not None else open_model_file(self.path)
         try:
             self.hp, self.desc = build_desc(self.file)
             self.embedding = embedding or not self.generates
@@ -125,17 +145,9 @@ class LLM(CompletionAPI, EmbeddingAPI):
                 raise ValueError(f"LoRA adapters are not supported on the {self.hp.arch} encoder")
             adapters = [(self._read_lora(ad), float(scale)) for ad, scale in loras]
             threads = n_threads or default_threads()
-            train = self.hp.n_ctx_train or DEFAULT_CTX
-            if self.embedding and not (n_ctx and n_ctx > 0):
-                n_ctx = min(train, EMBD_CTX)
-            if self.desc.non_causal:  # an encoder's text is one batch: the whole context
-                n_batch = max(n_batch, n_ctx or train)
-            if n_seq is None:
-                n_seq = EMBD_SEQS if self.embedding else 1
-            ctx_max = train if mem_budget is not None else min(train, DEFAULT_CTX)
-            self.plan: MemoryPlan = choose_plan(self.desc, n_ctx if n_ctx and n_ctx > 0 else None, ctx_max,
-                                                n_batch, kv_type, threads, mem_budget, numerics, n_seq,
-                                                [ad for ad, _ in adapters])
+            self.plan: MemoryPlan = load_plan(self.hp, self.desc, n_ctx, n_batch, threads, kv_type, mem_budget,
+                                              numerics, n_seq, [ad for ad, _ in adapters], self.embedding)
+            n_seq = self.plan.n_seq
             self.n_ctx = self.plan.n_ctx
             self.n_batch = self.plan.n_batch
             self.desc = for_context(self.hp, self.desc, self.n_ctx)  # LongRoPE: long factors past n_ctx_orig
@@ -156,7 +168,8 @@ class LLM(CompletionAPI, EmbeddingAPI):
                 self.engine.close()
             if hasattr(self, "pool"):
                 self.pool.close()
-            self.file.close()
+            if given is None:  # an open file handed in stays its caller's until the LLM is made
+                self.file.close()
             raise
         self._turn = _Turn()
         self.kv_type = kv_type

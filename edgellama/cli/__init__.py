@@ -65,6 +65,12 @@ def _missing_input(exc: BaseException) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["info"]:
+        from edgellama.cli import info
+
+        if info.several_models(argv[1:]):  # `info --plan` on serve's flags for several models
+            return info.models_plan(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler

@@ -112,9 +112,15 @@ def add_lora_args(p: Any) -> None:
                    help="a GGUF LoRA adapter at a user scale (repeatable); alpha / rank of the file applies too")
 
 
-def add_model_args(p: argparse.ArgumentParser, threads_list: bool = False) -> None:
-    p.add_argument("-m", "--model",
-                   help="GGUF file or a model name from `edgellama list` (default: the bundled Gemma 3 270M)")
+def add_model_args(p: argparse.ArgumentParser, threads_list: bool = False, several: bool = False) -> None:
+    """several: -m is repeatable, NAME=FILE (serve's several models, edgellama.service.model_config)."""
+    if several:
+        p.add_argument("-m", "--model", action="append", metavar="[NAME=]FILE",
+                       help="GGUF file or a model name from `edgellama list` (default: the bundled Gemma 3 270M); "
+                            "NAME=FILE, repeated, serves several models, a request's `model` choosing one")
+    else:
+        p.add_argument("-m", "--model",
+                       help="GGUF file or a model name from `edgellama list` (default: the bundled Gemma 3 270M)")
     p.add_argument("-c", "--ctx-size", type=int, default=0, help="context size in tokens (default: 4096 or the model's)")
     if threads_list:
         p.add_argument("-t", "--threads", type=int_list, default=[0], help="thread counts, e.g. 1,2")
@@ -173,14 +179,15 @@ def check_model_args(args: argparse.Namespace) -> None:
     check_range("--keep", getattr(args, "keep", 0), 0, INT32_MAX)
 
 
-def load(args: argparse.Namespace):  # -> LLM (import kept lazy: `info` must start fast)
+def load(args: argparse.Namespace, file: Any = None):  # -> LLM (import kept lazy: `info` must start fast)
+    """The model of these flags; file: the model file already open (it becomes the LLM's)."""
     from edgellama.llm import LLM
 
     check_model_args(args)
     from edgellama.memplan import parse_size
 
     budget = parse_size(args.mem_budget) if args.mem_budget else None
-    return LLM(model_path(args), n_ctx=args.ctx_size or None, n_batch=args.batch_size,
+    return LLM(file if file is not None else model_path(args), n_ctx=args.ctx_size or None, n_batch=args.batch_size,
                n_threads=args.threads or None, kv_type=args.cache_type, mem_budget=budget, n_keep=args.keep,
                context_shift=not args.no_context_shift, numerics=args.numerics,
                chat_format=getattr(args, "chat_template", None), seed=getattr(args, "seed", None),

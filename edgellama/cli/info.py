@@ -393,6 +393,55 @@ def memory_plan(f: ModelFile, args: argparse.Namespace) -> Any:
         raise _Fail(str(exc), EXIT_BAD_MODEL) from None
 
 
+SEVERAL_FLAGS = ("--models-dir", "--config", "--alias", "--default-model", "--models-max")
+
+
+def several_models(argv: list[str]) -> bool:
+    """`info --plan` given serve's flags for several models (-m NAME=FILE, --models-dir, --config, ...):
+    models_plan answers it, with serve's own parser."""
+    from edgellama.service.model_config import split_entry
+
+    if "--plan" not in argv:
+        return False
+    for i, a in enumerate(argv):
+        if a.split("=", 1)[0] in SEVERAL_FLAGS:
+            return True
+        value = argv[i + 1] if a in ("-m", "--model") and i + 1 < len(argv) else (
+            a.split("=", 1)[1] if a.startswith("--model=") else None)
+        if value is not None and split_entry(value)[0] is not None:
+            return True
+    return False
+
+
+def models_plan(argv: list[str]) -> int:
+    """Each model's memory plan and the sets of them that fit the budget together, read from the flags
+    `edgellama serve` would be given (its parser, its --config file); exit 1 if one fits not even alone."""
+    from edgellama.cli import serve
+    from edgellama.cli.common import Parser
+    from edgellama.memplan import parse_size, physical_memory
+    from edgellama.service import config
+    from edgellama.service.models import plan_report
+
+    p = Parser(prog="edgellama info --plan", description="the memory plans of serve's models")
+    serve.add_parser(p.add_subparsers())
+    as_json = "--json" in argv
+    args = p.parse_args(["serve", *(a for a in argv if a not in ("--plan", "--json"))])
+    try:
+        config.merge(args)
+        cfg = serve.models(args)
+        budget = parse_size(args.mem_budget) if args.mem_budget else physical_memory()
+        text, doc, ok = plan_report(cfg, budget)
+    except (OSError, ValueError) as exc:
+        print(f"edgellama: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_MODEL
+    if as_json:
+        json.dump({"plans": doc}, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK if ok else EXIT_BAD_MODEL
+
+
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout
     try:

@@ -10,7 +10,7 @@ import argparse
 import asyncio
 from typing import Any
 
-from edgellama.cli.common import add_model_args, check_model_args, load, model_path
+from edgellama.cli.common import add_model_args, check_model_args
 
 DEFAULT_SOCKET = "/run/edgellama/edgellama.sock"
 
@@ -30,7 +30,8 @@ def add_parser(sub: Any) -> None:
 
     p = sub.add_parser("serve", help="serve the model on a UNIX socket and serial lines (protocol v1, systemd-ready)",
                        description=__doc__)
-    add_model_args(p)
+    add_model_args(p, several=True)
+    add_models_args(p)
     p.add_argument("--socket", default=None,
                    help=f"socket path (default {DEFAULT_SOCKET}, or none when --serial is given); a socket "
                         "passed by systemd (LISTEN_FDS) wins")
@@ -75,6 +76,23 @@ def add_parser(sub: Any) -> None:
     add_serial_args(p)
     config.mark_defaults(p)
     p.set_defaults(handler=serve)
+
+
+def add_models_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("several models (docs/models.md): -m NAME=FILE repeated, a request's `model` choosing "
+                             "one; loaded on demand within --mem-budget (default: this machine's RAM)")
+    g.add_argument("--models-dir", metavar="DIR", default=None,
+                   help="serve every .gguf file in DIR, each named after its file (split models by their first piece)")
+    g.add_argument("--default-model", metavar="NAME", default=None,
+                   help="the model (or alias) of requests that name none (default: the first)")
+    g.add_argument("--models-max", type=int, default=0,
+                   help="at most N models loaded at once (default 0: as many as the memory budget holds)")
+    g.add_argument("--keep-alive", metavar="DURATION", default="-1",
+                   help="how long a model stays loaded after a request (seconds or 5m, 1h; -1: until it must "
+                        "make room; 0: unloaded when idle); a request's `keep_alive` wins")
+    g.add_argument("--alias", metavar="NAME=MODEL[:WEIGHT],...", action="append", default=[],
+                   help="a name for a model, or for several, a request for it going to one by weight "
+                        "(chat=v1:90,v2:10); repeatable; also an [aliases] table in --config")
 
 
 def add_serial_args(p: argparse.ArgumentParser) -> None:
@@ -122,25 +140,7 @@ def serial_ports(args: argparse.Namespace) -> list[Any]:
 
 
 def check(args: argparse.Namespace) -> None:
-    check_model_args(args)
-    if args.reranking:
-        if args.pooling not in (None, "rank"):
-            raise ValueError(f"--reranking is --pooling rank, not --pooling {args.pooling}")
-        args.embedding, args.pooling = True, "rank"
-    if args.parallel is None:
-        from edgellama.llm import EMBD_SEQS
-
-        args.parallel = EMBD_SEQS if args.embedding else 1
-    if args.pooling is not None and not args.embedding:
-        raise ValueError("--pooling is a setting of --embedding")
-    if not 1 <= args.parallel <= 256:
-        raise ValueError("--parallel must be in 1..256")
-    if args.parallel > 1 and args.numerics != "native":
-        raise ValueError("--numerics llamacpp evaluates one sequence per forward pass (its bits are llama.cpp's "
-                         "per sequence): use --parallel 1 with it")
-    if args.parallel > args.batch_size:
-        raise ValueError(f"--parallel {args.parallel} exceeds -b/--batch-size {args.batch_size}: a step carries "
-                         f"one token of every slot")
+    """The service's own flags (each model's: check_model)."""
     if args.queue < 0:
         raise ValueError("--queue must be >= 0")
     if args.max_tokens < 1:
@@ -156,6 +156,46 @@ def check(args: argparse.Namespace) -> None:
     if args.http_port and not (args.api_key or args.api_key_file or args.insecure_no_key):
         raise ValueError("--http-port needs --api-key KEY or --api-key-file FILE (or --insecure-no-key to serve "
                          "TCP clients without a key)")
+
+
+def check_model(args: argparse.Namespace, where: str = "") -> None:
+    """One model's flags (the service's, or a [models.NAME] table's over them: where names it)."""
+    try:
+        check_model_args(args)
+        if args.reranking:
+            if args.pooling not in (None, "rank"):
+                raise ValueError(f"--reranking is --pooling rank, not --pooling {args.pooling}")
+            args.embedding, args.pooling = True, "rank"
+        if args.parallel is None:
+            from edgellama.llm import EMBD_SEQS
+
+            args.parallel = EMBD_SEQS if args.embedding else 1
+        if args.pooling is not None and not args.embedding:
+            raise ValueError("--pooling is a setting of --embedding")
+        if not 1 <= args.parallel <= 256:
+            raise ValueError("--parallel must be in 1..256")
+        if args.parallel > 1 and args.numerics != "native":
+            raise ValueError("--numerics llamacpp evaluates one sequence per forward pass (its bits are llama.cpp's "
+                             "per sequence): use --parallel 1 with it")
+        if args.parallel > args.batch_size:
+            raise ValueError(f"--parallel {args.parallel} exceeds -b/--batch-size {args.batch_size}: a step carries "
+                             f"one token of every slot")
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}" if where else str(exc)) from None
+
+
+def models(args: argparse.Namespace) -> Any:
+    """The models these flags serve (model_config.ModelsConfig), each checked, its system prompt read."""
+    from pathlib import Path
+
+    from edgellama.service.model_config import models_config
+
+    cfg = models_config(args)
+    for name, spec in cfg.models.items():
+        check_model(spec.args, f"model {name}" if cfg.several else "")
+        if spec.args.system_prompt:
+            spec.system_prompt = Path(spec.args.system_prompt).read_text(encoding="utf-8")
+    return cfg
 
 
 def api_keys(args: argparse.Namespace) -> tuple[str, ...]:
@@ -175,8 +215,7 @@ def api_keys(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+    from edgellama.memplan import parse_size, physical_memory
     from edgellama.service import config, logs
     from edgellama.service.scheduler import EngineConfig
     from edgellama.service.server import ServeOptions, Server
@@ -184,18 +223,17 @@ def serve(args: argparse.Namespace) -> int:
     config.merge(args)
     check(args)
     ports = serial_ports(args)
-    model = model_path(args)  # a missing model is a one-line error now, not after the socket is up
+    cfg = models(args)  # a missing model is a one-line error now, not after the socket is up
     keys = api_keys(args) if args.http_port else ()
-    system = None
-    if args.system_prompt:
-        system = Path(args.system_prompt).read_text(encoding="utf-8")
     handler = logs.setup(args.log_format, args.log_file, args.log_level)
     socket_path = args.socket or (None if ports else DEFAULT_SOCKET)
+    budget = parse_size(args.mem_budget) if args.mem_budget else physical_memory()
     opts = ServeOptions(socket_path=socket_path, socket_mode=args.socket_mode, max_line=args.max_line,
-                        grace=args.grace, log_prompts=args.log_prompts, serial=ports, model=str(model),
+                        grace=args.grace, log_prompts=args.log_prompts, serial=ports,
                         http_host=args.host, http_port=args.http_port, api_keys=keys,
-                        header_timeout=args.http_header_timeout, embedding=args.embedding)
-    cfg = EngineConfig(max_tokens=args.max_tokens, queue=args.queue, system_prompt=system,
-                       log_prompts=args.log_prompts, parallel=args.parallel)
-    server = Server(opts, cfg, lambda: load(args), handler)
+                        header_timeout=args.http_header_timeout, budget=budget)
+    engine = EngineConfig(max_tokens=args.max_tokens, queue=args.queue, log_prompts=args.log_prompts)
+    server = Server(opts, cfg, engine, handler)
+    if cfg.several:
+        server.models.plan_all()  # a model that cannot fit even alone: refused now, by name, with its plan
     return asyncio.run(server.run())

@@ -292,15 +292,20 @@ class GGUFFile:
         self._kv_span: dict[str, tuple[int, int]] = {}  # key -> [start, end) of its whole entry, for kv_bytes()
         self._mm: mmap.mmap | None = None
         self._unguard: Callable[[], object] | None = None
+        self.identity: tuple[int, ...] = ()
         try:
             # A FIFO or device would block open() or have no size: only regular files are mapped.
             if not stat.S_ISREG(os.stat(self.path).st_mode):
                 kind = "a directory" if self.path.is_dir() else "not a regular file"
                 raise GGUFError(f"{self.path}: cannot open: {kind}")
             with open(self.path, "rb") as f:
-                if os.fstat(f.fileno()).st_size == 0:
+                st = os.fstat(f.fileno())
+                if st.st_size == 0:
                     raise GGUFError(f"{self.path}: empty file, not a GGUF file", 0)
                 self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                # the mapped file as it was when mapped: a later os.stat of the path that differs means the
+                # path now names another file (renamed over) or this one was rewritten (digest.identity)
+                self.identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         except GGUFError:
             raise
         except OSError as exc:

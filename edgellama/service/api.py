@@ -62,7 +62,90 @@ class LoraInfo:
 
 
 class NotReady(Exception):
-    """A call that needs the model, made while it loads (check `status == "ok"` first)."""
+    """A call that needs the model, made while it is not loaded (check `status == "ok"` first)."""
+
+
+class ModelView(Protocol):
+    """One of the service's models, as routes see it (Service.model)."""
+
+    @property
+    def name(self) -> str:
+        """Its name in requests and answers (one model: its file's name)."""
+        ...
+
+    @property
+    def status(self) -> str:
+        """"ok" while loaded and serving; else its state: loading, unloaded or failed."""
+        ...
+
+    @property
+    def reason(self) -> str:
+        """Why it failed ("" otherwise)."""
+        ...
+
+    @property
+    def model_path(self) -> str:
+        """The model as configured (/props' model_path), "" if none named."""
+        ...
+
+    @property
+    def embedding(self) -> bool:
+        """The model answers embeddings requests (serve --embedding, or its [models.NAME] table's)."""
+        ...
+
+    def pooling(self) -> str:
+        """How the loaded model pools embeddings (none, mean, cls, last, rank); NotReady unless loaded."""
+        ...
+
+    def rerank_prompt(self, query: str, document: str) -> list[int]:
+        """The tokens a reranker scores for query and document (llama-server's input); NotReady unless
+        the model is loaded."""
+        ...
+
+    def model_facts(self) -> ModelFacts | None:
+        """The model's facts; None until it was loaded once."""
+        ...
+
+    def tokenizer(self) -> Tokenizer:
+        """The loaded model's tokenizer; NotReady unless it is loaded."""
+        ...
+
+    def chat_prompt(self, messages: list[dict[str, Any]]) -> str:
+        """The text chat messages are evaluated as: the model's chat template over them, with its
+        --system-prompt first unless they hold a system message. NotReady unless the model is loaded;
+        protocol.ProtocolError when the template refuses them."""
+        ...
+
+    def snapshot(self) -> dict[str, Any]:
+        """status, slots, slots_busy, queue, queue_max, n_ctx, kv_cache_tokens."""
+        ...
+
+    def slot_requests(self) -> list[P.Completion | None]:
+        """The request each slot is running, None for an idle slot."""
+        ...
+
+    def lora_adapters(self) -> list[LoraInfo]:
+        """The adapters loaded at start, in number order; [] unless the model is loaded."""
+        ...
+
+    def set_lora_defaults(self, lora: list[tuple[int, float]]) -> None:
+        """Later requests without a `lora` field run the listed adapters at these scales, the others at 0;
+        protocol.ProtocolError for an unknown adapter id (nothing changes then); NotReady unless loaded."""
+        ...
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """One configured model as /v1/models and /models list it."""
+
+    name: str
+    path: str
+    state: str  # loaded, loading, unloaded, failed
+    reason: str  # why it failed
+    aliases: list[str]  # the aliases that may route to it
+    n_ctx: int  # the context it runs with (0: unknown, its file could not be read)
+    plan_bytes: int  # its memory plan
+    loads: int  # times it was loaded
 
 
 class Service(Protocol):
@@ -70,7 +153,7 @@ class Service(Protocol):
 
     @property
     def status(self) -> str:
-        """"loading" until the model is loaded and serving, then "ok"."""
+        """"loading" until the service serves (one model: until it is loaded), then "ok"."""
         ...
 
     @property
@@ -84,8 +167,8 @@ class Service(Protocol):
         ...
 
     @property
-    def model_path(self) -> str:
-        """The model as configured (/props' model_path; its file name is the model's id), "" if none named."""
+    def several(self) -> bool:
+        """The service was configured with several models (names route; unknown names are refused)."""
         ...
 
     @property
@@ -93,49 +176,30 @@ class Service(Protocol):
         """The server's bound on the tokens one request may generate."""
         ...
 
-    @property
-    def embedding(self) -> bool:
-        """The service answers embeddings requests (serve --embedding)."""
+    def model(self, name: str | None) -> ModelView:
+        """The model a name means (None: the default; an alias: its first model); protocol.ProtocolError
+        (not_found, listing the names) for an unknown one. One model: every name means it."""
         ...
 
-    def pooling(self) -> str:
-        """How the loaded model pools embeddings (none, mean, cls, last); NotReady while it loads."""
+    def choose(self, name: str | None) -> str:
+        """The model a request for name goes to: an alias of several picks one by weight (and counts it)."""
         ...
 
-    def rerank_prompt(self, query: str, document: str) -> list[int]:
-        """The tokens a reranker scores for query and document (llama-server's input); NotReady while
-        the model loads."""
+    async def loaded(self, name: str | None) -> ModelView:
+        """The model, loaded (a load starts if it is not, and this waits for it); protocol.ProtocolError
+        if it fails (unavailable) or is unknown. One model: as model(name), without waiting."""
         ...
 
-    def model_facts(self) -> ModelFacts | None:
-        """The loaded model's facts; None until the model is loaded."""
+    def model_list(self) -> list[ModelInfo]:
+        """Every configured model with its state, in configuration order."""
         ...
 
-    def tokenizer(self) -> Tokenizer:
-        """The loaded model's tokenizer; NotReady while it loads."""
+    def load_model(self, name: str) -> None:
+        """Loads the model (again, if it failed) without a request; ProtocolError for an unknown name."""
         ...
 
-    def chat_prompt(self, messages: list[dict[str, Any]]) -> str:
-        """The text chat messages are evaluated as: the model's chat template over them, with the server's
-        --system-prompt first unless they hold a system message. NotReady while the model loads;
-        protocol.ProtocolError when the template refuses them."""
-        ...
-
-    def snapshot(self) -> dict[str, Any]:
-        """status, slots, slots_busy, queue, queue_max, n_ctx, kv_cache_tokens."""
-        ...
-
-    def slot_requests(self) -> list[P.Completion | None]:
-        """The request each slot is running, None for an idle slot."""
-        ...
-
-    def lora_adapters(self) -> list[LoraInfo]:
-        """The adapters loaded at start, in number order; [] while the model loads."""
-        ...
-
-    def set_lora_defaults(self, lora: list[tuple[int, float]]) -> None:
-        """Later requests without a `lora` field run the listed adapters at these scales, the others at 0;
-        protocol.ProtocolError for an unknown adapter id (nothing changes then)."""
+    def unload_model(self, name: str) -> bool:
+        """Unloads the model if nothing runs or waits on it (True), else False; ProtocolError if unknown."""
         ...
 
     def metrics_text(self) -> str:
@@ -143,7 +207,8 @@ class Service(Protocol):
         ...
 
     def submit(self, conn: Client, req: P.Completion | P.Embedding) -> P.ProtocolError | None:
-        """Queues req for conn (its events reach conn.send); the refusal (busy, shutdown), if refused."""
+        """Queues req for conn (its events reach conn.send); the refusal (busy, shutdown, unknown or failed
+        model), if refused."""
         ...
 
     def connection_opened(self, conn: Client) -> None: ...

@@ -1,6 +1,8 @@
 """--config FILE: a TOML table whose keys are the long flag names of `edgellama serve`
 (`ctx-size = 2048` or `ctx_size = 2048`); every flag has a key, and a flag given on the command
 line wins over the file. Values are checked with the flag's own parser, so errors read the same.
+Two tables are not flags: `[models.NAME]` (one model's own flags) and `[aliases]`, read by
+service/model_config.py.
 """
 
 from __future__ import annotations
@@ -86,6 +88,11 @@ def merge(args: argparse.Namespace) -> argparse.Namespace:
             raise FileNotFoundError(f"config file not found: {path}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ValueError(f"{path}: not valid TOML: {exc}") from None
+        # several models: [models.NAME] tables (a model's own flags) and [aliases] (model_config.py)
+        args.model_tables = table.pop("models", {})
+        args.alias_tables = table.pop("aliases", {})
+        if not isinstance(args.model_tables, dict) or not isinstance(args.alias_tables, dict):
+            raise ValueError(f"{path}: models and aliases must be tables ([models.NAME], [aliases])")
         keys = _key_actions(args._actions)
         for key, v in table.items():
             a = keys.get(key.replace("-", "_"))

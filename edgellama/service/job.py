@@ -22,3 +22,5 @@ class Job:
     stats: dict[str, Any] = field(default_factory=dict)
     output: list[str] = field(default_factory=list)  # kept only with --log-prompts
     prompt_text: str = ""
+    model: str = ""  # the name of the model that answers it
+    scheduler: Any = None  # the scheduler it was queued on (cancel goes there)

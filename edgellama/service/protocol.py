@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,9 +24,10 @@ TOO_LONG = "too_long"  # a line over --max-line
 BUSY = "busy"  # the wait queue is full
 CONTEXT = "context"  # the prompt does not fit the context window
 SHUTDOWN = "shutdown"  # the server is stopping
-NOT_FOUND = "not_found"  # cancel of an id that is not in flight on this connection
+NOT_FOUND = "not_found"  # cancel of an id not in flight on this connection; a model name the server has not
 INTERNAL = "internal"  # a bug or an engine failure; the message says what
-ERROR_CODES = (BAD_REQUEST, TOO_LONG, BUSY, CONTEXT, SHUTDOWN, NOT_FOUND, INTERNAL)
+UNAVAILABLE = "unavailable"  # the model asked for failed to load (or to verify): the message names it and why
+ERROR_CODES = (BAD_REQUEST, TOO_LONG, BUSY, CONTEXT, SHUTDOWN, NOT_FOUND, INTERNAL, UNAVAILABLE)
 STOP_REASONS = ("eos", "length", "stop", "cancelled", "context")
 
 
@@ -52,6 +54,8 @@ class Completion(GenParams):
     grammar: str | None = None  # GBNF text (docs/grammar.md)
     json_schema: Any = None  # a JSON Schema object, turned into a grammar
     lora: list[tuple[int, float]] | None = None  # (adapter id, scale); None: the server's default scales
+    model: str | None = None  # a model or alias name of a server with several (serve --model NAME=FILE)
+    keep_alive: float | None = None  # seconds the model stays loaded after this request (< 0: until evicted)
 
 
 @dataclass(kw_only=True)
@@ -66,6 +70,8 @@ class Embedding:
     stream: bool = False  # never streamed: the answer is one `done` event with every vector
     prompt: str | None = None  # what the log's --log-prompts shows (the first text)
     messages: None = None
+    model: str | None = None
+    keep_alive: float | None = None
 
 
 @dataclass
@@ -74,6 +80,7 @@ class Control:
 
     type: str
     id: str | int | None
+    model: str | None = None  # health: that model's slots and queue (default: the default model's)
 
 
 Request = Completion | Embedding | Control
@@ -82,11 +89,14 @@ _NUM = (int, float)
 # protocol v1's own fields beside the request-parameter table's (edgellama.params.FIELDS)
 _FLAGS = ("stream", "cache_prompt", "special")
 PARAM_FIELDS = tuple(R.names(R.V1))
-_COMPLETION_KEYS = {"type", "id", "prompt", "messages", "grammar", "json_schema", "lora", *_FLAGS, *PARAM_FIELDS}
+_ROUTING = ("model", "keep_alive")  # which model answers, and how long it stays loaded after
+_COMPLETION_KEYS = {"type", "id", "prompt", "messages", "grammar", "json_schema", "lora", *_FLAGS, *PARAM_FIELDS,
+                    *_ROUTING}
 MAX_LORA_ENTRIES = 64
 _CONTROL_KEYS = {"type", "id"}
 TYPES = ("completion", "embedding", "health", "metrics", "cancel")
-_EMBEDDING_KEYS = {"type", "id", "input", "embd_normalize"}
+_EMBEDDING_KEYS = {"type", "id", "input", "embd_normalize", *_ROUTING}
+MAX_NAME = 128
 MAX_EMBED_INPUTS = 2048
 
 
@@ -130,21 +140,66 @@ def parse_object(obj: Any, spelling: Mapping[str, str] | None = None) -> Request
     kind = obj.get("type", "completion")
     if kind not in TYPES:
         raise ProtocolError(BAD_REQUEST, f"unknown type {kind!r} (one of {', '.join(TYPES)})", req_id)
-    allowed = {"completion": _COMPLETION_KEYS, "embedding": _EMBEDDING_KEYS}.get(kind, _CONTROL_KEYS)
+    allowed = {"completion": _COMPLETION_KEYS, "embedding": _EMBEDDING_KEYS,
+               "health": _CONTROL_KEYS | {"model"}}.get(kind, _CONTROL_KEYS)
     unknown = sorted(set(obj) - allowed)
     if unknown:
         raise ProtocolError(BAD_REQUEST, f"unknown field {unknown[0]!r} in a {kind} request", req_id)
+    model = model_name(obj.get("model"), req_id)
     if kind == "embedding":
         if req_id is None:
             raise ProtocolError(BAD_REQUEST, "an embedding request needs an 'id' (string or integer)")
-        return parse_embedding(obj.get("input"), obj.get("embd_normalize", 2), req_id)
+        ereq = parse_embedding(obj.get("input"), obj.get("embd_normalize", 2), req_id)
+        ereq.model, ereq.keep_alive = model, keep_alive(obj.get("keep_alive"), req_id)
+        return ereq
     if kind != "completion":
         if kind == "cancel" and req_id is None:
             raise ProtocolError(BAD_REQUEST, "cancel needs the 'id' of the request to cancel")
-        return Control(kind, req_id)
+        return Control(kind, req_id, model)
     if req_id is None:
         raise ProtocolError(BAD_REQUEST, "a completion request needs an 'id' (string or integer)")
-    return _completion(obj, req_id, spelling or {})
+    req = _completion(obj, req_id, spelling or {})
+    req.model, req.keep_alive = model, keep_alive(obj.get("keep_alive"), req_id)
+    return req
+
+
+def model_name(value: Any, req_id: Any = None) -> str | None:
+    """A request's `model` field: a name, or None (absent, null or ""): the server's default model."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > MAX_NAME:
+        raise ProtocolError(BAD_REQUEST, f"field 'model' must be a model name (a string of at most {MAX_NAME} "
+                            f"characters), got {json.dumps(value)[:40]}", req_id)
+    return value
+
+
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_PART = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|ms|s|m|h)")
+
+
+def keep_alive(value: Any, req_id: Any = None, what: str = "field 'keep_alive'") -> float | None:
+    """ollama's keep_alive: seconds as a number, or a Go duration ("5m", "1h30m", "90s", "-1"); negative:
+    loaded until evicted; 0: unloaded as soon as the model is idle. None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ProtocolError(BAD_REQUEST, f"{what} must be seconds or a duration such as \"5m\"", req_id)
+    if isinstance(value, str):
+        text = value.strip()
+        sign = -1.0 if text.startswith("-") else 1.0
+        body = text.lstrip("+-")
+        try:
+            seconds = float(body)
+        except ValueError:
+            parts = _DURATION_PART.findall(body)
+            if not body or "".join(n + u for n, u in parts) != body:
+                raise ProtocolError(BAD_REQUEST, f"{what}: cannot read duration {value!r} (examples: 300, \"5m\", "
+                                    f"\"1h30m\", \"-1\")", req_id) from None
+            seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+        value = sign * seconds
+    if not math.isfinite(value):
+        raise ProtocolError(BAD_REQUEST, f"{what} must be finite", req_id)
+    return -1.0 if value < 0 else float(value)
 
 
 def _completion(obj: dict[str, Any], req_id: str | int, spelling: Mapping[str, str]) -> Completion:

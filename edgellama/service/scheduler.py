@@ -69,12 +69,18 @@ class EngineConfig:
 
 class Scheduler:
     def __init__(self, load: Callable[[], LLM], cfg: EngineConfig, metrics: Metrics,
-                 on_ready: Callable[[], None], on_fatal: Callable[[BaseException], None]) -> None:
+                 on_ready: Callable[[], None], on_fatal: Callable[[BaseException], None],
+                 on_closed: Callable[[], None] | None = None, name: str = "") -> None:
+        """load runs first on the engine thread (a model set's load first waits for room in the RAM budget);
+        on_fatal(exc) if it raises (it may abandon() the queued requests with its own error, before stop()
+        ends the rest with `shutdown`); on_closed once the thread is done with the model (closed, or never
+        loaded): its memory is free."""
         self.load = load
         self.cfg = cfg
         self.metrics = metrics
         self.on_ready = on_ready
         self.on_fatal = on_fatal
+        self.on_closed = on_closed or (lambda: None)
         self.n_slots = max(1, cfg.parallel)
         self.llm: LLM | None = None
         self.slots: Slots | None = None  # one slot per --parallel
@@ -89,7 +95,8 @@ class Scheduler:
         # the LoRA adapter scales of requests without a `lora` field: the start-up ones until POST
         # /lora-adapters sets others (under cond; read when a request is admitted, so it keeps them)
         self.lora_defaults: list[float] = []
-        self.thread = threading.Thread(target=self._main, name="edgellama-engine", daemon=True)
+        self.thread = threading.Thread(target=self._main, name=f"edgellama-engine{'-' + name if name else ''}",
+                                       daemon=True)
 
     # ---- called from the I/O loop ----
     def start(self) -> None:
@@ -120,15 +127,30 @@ class Scheduler:
     def stop(self) -> None:
         """Refuses new work, ends queued jobs with `shutdown` and the running one at its next step."""
         with self.cond:
-            self.stopping = True
-            while self.queue:
-                job = self.queue.popleft()
-                job.cancelled = "shutdown"
-                self._finish_locked(job, P.error_event(job.req.id, P.SHUTDOWN, "the server is shutting down"))
+            self.abandon(P.SHUTDOWN, "the server is shutting down")
             for job in self._busy_jobs():
                 if not job.cancelled:
                     job.cancelled = "shutdown"
             self.cond.notify_all()
+
+    def abandon(self, code: str, message: str) -> None:
+        """Refuses new work and ends every queued job with this error (the running ones go on)."""
+        with self.cond:
+            self.stopping = True
+            while self.queue:
+                job = self.queue.popleft()
+                job.cancelled = "shutdown"
+                self._finish_locked(job, P.error_event(job.req.id, code, message))
+            self.cond.notify_all()
+
+    def try_retire(self) -> bool:
+        """Stops the engine thread (which then closes the model) if nothing runs or waits; False if busy."""
+        with self.cond:
+            if self.queue or self._n_busy():
+                return False
+            self.stopping = True
+            self.cond.notify_all()
+            return True
 
     def refuse_new(self) -> None:
         with self.cond:
@@ -206,6 +228,19 @@ class Scheduler:
                 "tokens_predicted": 0, "tokens_cached": 0, "timings": {}}
 
     def _main(self) -> None:
+        if not self._open():
+            self.on_closed()
+            return
+        self.heartbeat = time.monotonic()
+        self.on_ready()
+        try:
+            self._serve()
+        finally:
+            self._close()
+            self.on_closed()
+
+    def _open(self) -> bool:
+        """Loads the model (and evaluates the system prompt); False, reported to on_fatal, if that fails."""
         try:
             llm = self.llm = self.load()
             slots = Slots(llm)
@@ -221,16 +256,19 @@ class Scheduler:
                 self.slots = slots
                 self.lora_defaults = list(llm.lora_scales)
                 self.status = "ok"
-        except BaseException as exc:  # noqa: BLE001 - reported to the loop, which exits non-zero
+            return True
+        except BaseException as exc:  # noqa: BLE001 - reported to the loop (one model: it exits non-zero)
             self.heartbeat = time.monotonic()
+            self._close()
             self.on_fatal(exc)
             self.stop()
-            return
-        self.heartbeat = time.monotonic()
-        self.on_ready()
-        try:
-            self._serve()
-        finally:
+            return False
+
+    def _close(self) -> None:
+        """Closes the model and drops every reference to it, so its mapping and memory go now."""
+        with self.cond:
+            llm, self.llm, self.slots, self.status = self.llm, None, None, "closed"
+        if llm is not None:
             llm.close()
 
     def _serve(self) -> None:

@@ -244,7 +244,6 @@ class LineFramer:
 class PortServer(Protocol):
     """What a port needs of the server: the same calls a socket connection makes."""
 
-    scheduler: Any
     metrics: Any
 
     def handle_line(self, conn: Any, line: bytes) -> None: ...
@@ -339,8 +338,8 @@ class SerialPort:
                                                                   "buffered": len(self.out), "reason": reason}})
         self.metrics.serial_event(self.name, "output_overflow")
         self.text.note_cancel(req_id, reason)
-        if job is not None:
-            self.server.scheduler.cancel(job, "cancelled")
+        if job is not None and job.scheduler is not None:
+            job.scheduler.cancel(job, "cancelled")
 
     def _on_wire(self, events: list[tuple[str, bytes]]) -> None:
         for kind, payload in events:

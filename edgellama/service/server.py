@@ -1,5 +1,6 @@
 """`edgellama serve` put together: one asyncio loop for the socket, protocol, limits, metrics and
-systemd; the scheduler's engine thread for the model. Events cross with one call_soon_threadsafe.
+systemd; each loaded model's engine thread (service/models.py routes, loads and unloads them).
+Events cross with one call_soon_threadsafe.
 
 Shutdown (SIGTERM/SIGINT): stop accepting, let in-flight work finish within --grace, end the rest
 with a `shutdown` error, remove the socket we created, exit 0. SIGHUP reopens the log file.
@@ -17,12 +18,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from edgellama.service import protocol as P
-from edgellama.service.api import Client, LoraInfo, ModelFacts, NotReady, Tokenizer
+from edgellama.service.api import Client, LoraInfo, ModelFacts, ModelInfo, NotReady, Tokenizer
 from edgellama.service.http.connection import HttpConnection, Limits
 from edgellama.service.http.router import FirstBytes, route
 from edgellama.service.logs import ReopenableHandler
 from edgellama.service.metrics import Metrics
-from edgellama.service.scheduler import EngineConfig, Job, Scheduler
+from edgellama.service.model_config import ModelsConfig, ModelSpec
+from edgellama.service.models import ModelHost, ModelSet, verified_load
+from edgellama.service.scheduler import EngineConfig, Job
 from edgellama.service.serial_config import PortConfig
 from edgellama.service.serial_port import SerialPort
 from edgellama.service.systemd import Notifier, activated
@@ -41,22 +44,118 @@ class ServeOptions:
     max_line: int = 65536  # a protocol v1 line or an HTTP request body
     grace: float = 0.0
     log_prompts: bool = False
-    model: str = ""  # the model file, as /props and /v1/models name it
     http_host: str = "127.0.0.1"
     http_port: int = 0  # 0: no TCP listener (HTTP on the UNIX socket only)
     api_keys: tuple[str, ...] = ()  # checked on TCP only (the UNIX socket's mode is its access control)
     header_timeout: float = 10.0
     serial: list[PortConfig] = field(default_factory=list)
-    embedding: bool = False  # --embedding: embeddings requests are served
+    budget: int | None = None  # bytes the models loaded together may take (several models)
+    load_wait: float = 600.0  # seconds a route that needs a model's tokenizer waits for it to load
+
+
+class Model:
+    """One of the service's models as routes see it (api.ModelView): its host's facts and its loaded LLM."""
+
+    def __init__(self, server: Server, host: ModelHost) -> None:
+        self.server, self.host = server, host
+
+    @property
+    def name(self) -> str:
+        return self.host.name
+
+    @property
+    def status(self) -> str:
+        return "ok" if self.host.state == "loaded" else self.host.state
+
+    @property
+    def reason(self) -> str:
+        return self.host.reason
+
+    @property
+    def model_path(self) -> str:
+        return str(self.host.spec.args.model or (self.host.paths[0] if self.host.paths else ""))
+
+    @property
+    def embedding(self) -> bool:
+        return bool(self.host.spec.args.embedding)
+
+    def _llm(self) -> LLM:
+        s = self.host.sched
+        llm = s.llm if s is not None else None
+        if llm is None or s is None or s.status != "ok":
+            raise NotReady(f"model {self.name} is {self.host.state}")
+        return llm
+
+    def model_facts(self) -> ModelFacts | None:
+        s = self.host.sched
+        llm = s.llm if s is not None else None
+        if llm is not None and (self.host.facts is None or self.host.facts[0] != id(llm)):
+            md = llm.file.metadata  # facts of one loaded model do not change: made once per load
+            template = md.get("tokenizer.chat_template")
+            self.host.facts = (id(llm), ModelFacts(
+                n_ctx=llm.n_ctx, n_vocab=llm.n_vocab,
+                n_ctx_train=md.get(f"{md.get('general.architecture')}.context_length"),
+                n_embd=getattr(llm.desc, "n_embd", None), size=sum(os.path.getsize(p) for p in self.host.paths),
+                chat_template=template if isinstance(template, str) else ""))
+        return self.host.facts[1] if self.host.facts is not None else None
+
+    def tokenizer(self) -> Tokenizer:
+        return self._llm().tokenizer
+
+    def chat_prompt(self, messages: list[dict[str, Any]]) -> str:
+        from edgellama.service.scheduler import render_chat
+
+        # the --system-prompt added as the scheduler adds it to a chat request
+        return render_chat(self._llm(), messages, self.host.engine.system_prompt).text
+
+    def snapshot(self) -> dict[str, Any]:
+        s = self.host.sched
+        if s is not None:
+            snap = s.snapshot()
+            snap["status"] = "ok" if self.host.state == "loaded" else self.host.state
+        else:
+            snap = {"status": self.host.state, "slots": max(1, self.host.engine.parallel), "slots_busy": 0,
+                    "queue": 0, "queue_max": self.host.engine.queue, "n_ctx": 0, "kv_cache_tokens": 0}
+        if not snap["n_ctx"] and self.host.plan is not None:
+            snap["n_ctx"] = self.host.plan.n_ctx  # what it will run with once loaded
+        return snap
+
+    def pooling(self) -> str:
+        return str(self._llm().pooling)
+
+    def rerank_prompt(self, query: str, document: str) -> list[int]:
+        from edgellama.embedding import rerank_tokens
+
+        return rerank_tokens(self._llm().tokenizer, query, document)
+
+    def slot_requests(self) -> list[P.Completion | None]:
+        s = self.host.sched
+        if s is None:
+            return []
+        return [job.req if job is not None and isinstance(job.req, P.Completion) else None for job in s.slot_jobs()]
+
+    def lora_adapters(self) -> list[LoraInfo]:
+        s = self.host.sched
+        if s is None:
+            return []
+        return [LoraInfo(path=str(ad.path), scale=scale, task_name=ad.task_name, prompt_prefix=ad.prompt_prefix)
+                for ad, scale in s.lora_adapters()]
+
+    def set_lora_defaults(self, lora: list[tuple[int, float]]) -> None:
+        s = self.host.sched
+        if s is None or s.status != "ok":
+            raise NotReady(f"model {self.name} is {self.host.state}")
+        s.set_lora_defaults(lora)
 
 
 class Server:
     """The service: implements api.Service, the interface connections and HTTP routes see."""
 
-    def __init__(self, opts: ServeOptions, engine_cfg: EngineConfig, load: Callable[[], Any],
-                 log_handler: ReopenableHandler | None = None) -> None:
+    def __init__(self, opts: ServeOptions, models: ModelsConfig, engine_cfg: EngineConfig,
+                 log_handler: ReopenableHandler | None = None,
+                 load: Callable[[ModelSpec], LLM] = verified_load) -> None:
         self.opts = opts
-        self.metrics = Metrics()
+        self.metrics = Metrics()  # what is counted before a request reaches a model (refusals, serial ports)
         self.notifier = Notifier()
         self.log_handler = log_handler
         self.connections: set[Client] = set()
@@ -65,55 +164,81 @@ class Server:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stop_requested: asyncio.Event | None = None
         self.fatal: BaseException | None = None
-        self.scheduler = Scheduler(load, engine_cfg, self.metrics, self._ready_threadsafe, self._fatal_threadsafe)
+        self.cfg = models
+        self.engine_cfg = engine_cfg
+        self.models = ModelSet(models, engine_cfg, opts.budget if models.several else None,
+                               self._ready_threadsafe, self._failed_threadsafe, load=load)
+        if not models.several:  # one model: its counters are the service's, as before several existed
+            next(iter(self.models.hosts.values())).metrics = self.metrics
         self.stopping = False
-        self._facts: tuple[Any, ModelFacts] | None = None  # (the LLM, its facts), made at the first ask
+        self.ready_sent = False
 
-    # ---- engine thread -> loop ----
-    def _ready_threadsafe(self) -> None:
+    @property
+    def several(self) -> bool:
+        return self.cfg.several
+
+    # ---- engine threads -> loop ----
+    def _ready_threadsafe(self, host: ModelHost) -> None:
         assert self.loop is not None
-        self.loop.call_soon_threadsafe(self._ready)
+        self.loop.call_soon_threadsafe(self._ready, host)
 
-    def _ready(self) -> None:
-        s = self.scheduler
-        llm = s.llm
-        assert llm is not None  # the engine thread calls on_ready once the model is loaded
-        log.info("model loaded", extra={"fields": {"model": str(llm.path), "n_ctx": llm.n_ctx,
-                                                   "load_ms": round(llm.load_ms, 1),
-                                                   "system_tokens": len(s.system_tokens)}})
-        self.notifier.notify(f"READY=1\nSTATUS=ready: {llm.path.name}, n_ctx {llm.n_ctx}, "
-                             f"{len(s.system_tokens)} system prompt tokens cached")
+    def _ready(self, host: ModelHost) -> None:
+        s = host.sched
+        llm = s.llm if s is not None else None
+        if s is None or llm is None:
+            return  # unloaded again already
+        Model(self, host).model_facts()  # kept for /v1/models while it is not loaded
+        fields = {"model": str(llm.path), "n_ctx": llm.n_ctx, "load_ms": round(llm.load_ms, 1),
+                  "system_tokens": len(s.system_tokens)}
+        if self.several:
+            fields = {"name": host.name, **fields, "sha256_checked": host.spec.sha256 is not None,
+                      "models_memory_mib": round(self.models.held_bytes() / 2**20, 1)}
+        log.info("model loaded", extra={"fields": fields})
+        self._notify_ready(f"STATUS=ready: {llm.path.name}, n_ctx {llm.n_ctx}, {len(s.system_tokens)} system prompt "
+                           "tokens cached" if not self.several else f"STATUS=ready: {host.name} loaded")
 
-    def _fatal_threadsafe(self, exc: BaseException) -> None:
+    def _notify_ready(self, status: str) -> None:
+        self.notifier.notify(("READY=1\n" if not self.ready_sent else "") + status)
+        self.ready_sent = True
+
+    def _failed_threadsafe(self, host: ModelHost, exc: BaseException) -> None:
         assert self.loop is not None
-        self.loop.call_soon_threadsafe(self._fatal, exc)
+        self.loop.call_soon_threadsafe(self._failed, host, exc)
 
-    def _fatal(self, exc: BaseException) -> None:
-        self.fatal = exc
-        self.request_stop()
+    def _failed(self, host: ModelHost, exc: BaseException) -> None:
+        if not self.several:  # one model: the service has nothing to serve, and exits
+            self.fatal = exc
+            self.request_stop()
+        elif not self.ready_sent:
+            self._notify_ready(f"STATUS=ready; {host.name} failed: {host.reason}")
 
-    def _emitter(self, conn: Client, job: Job) -> Callable[[dict[str, Any]], None]:
+    def _emitter(self, conn: Client, job: Job, host: ModelHost) -> Callable[[dict[str, Any]], None]:
         loop = self.loop
         assert loop is not None
 
         def emit(event: dict[str, Any]) -> None:
-            loop.call_soon_threadsafe(self._deliver, conn, job, event)
+            loop.call_soon_threadsafe(self._deliver, conn, job, host, event)
 
         return emit
 
-    def _deliver(self, conn: Client, job: Job, event: dict[str, Any]) -> None:
+    def _deliver(self, conn: Client, job: Job, host: ModelHost, event: dict[str, Any]) -> None:
+        if event["event"] == "done":
+            event["model"] = host.name
         conn.send(event)
         if event["event"] in ("done", "error"):
             if conn.port_name is not None:
                 job.stats["port"] = conn.port_name  # the log says which line a request came from
             if conn.inflight.get(job.req.id) is job:
                 del conn.inflight[job.req.id]
-            self._log_request(job, event)
+            self._log_request(job, host, event)
             if conn.eof and not conn.inflight:
                 conn.close()
+            self.models.touched(host, job.req.keep_alive)
 
-    def _log_request(self, job: Job, event: dict[str, Any]) -> None:
+    def _log_request(self, job: Job, host: ModelHost, event: dict[str, Any]) -> None:
         fields: dict[str, Any] = {"id": job.req.id, "slot": job.slot, "outcome": job.stats.get("outcome")}
+        if self.several:
+            fields["model"] = host.name
         for k in ("port", "n_prompt", "n_cached", "n_eval", "n_predicted", "queue_ms", "ttft_ms", "prompt_ms",
                   "gen_ms"):
             if k in job.stats:
@@ -133,7 +258,8 @@ class Server:
     def connection_gone(self, conn: Client) -> None:
         self.connections.discard(conn)
         for job in list(conn.inflight.values()):
-            self.scheduler.cancel(job, "gone")  # frees the slot at the next decode step
+            if job.scheduler is not None:
+                job.scheduler.cancel(job, "gone")  # frees the slot at the next decode step
         conn.inflight.clear()
 
     def handle_line(self, conn: Client, line: bytes) -> None:
@@ -163,36 +289,51 @@ class Server:
             conn.send(P.error_event(req.id, refused.code, str(refused)))
 
     def submit(self, conn: Client, req: P.Completion | P.Embedding) -> P.ProtocolError | None:
-        """Queues req for conn (its events reach conn.send); the refusal (busy, shutdown, embeddings without
-        --embedding, generation from an embedding-only model), counted and logged."""
-        refused = self._refuse_kind(req)
-        if refused is not None:
-            self.metrics.outcome(refused.code)
-            return refused
-        job = Job(req, emit=lambda event: None)
-        job.emit = self._emitter(conn, job)  # the emitter needs the job it reports for
+        """Queues req for conn on its model (its events reach conn.send); the refusal (busy, shutdown, an
+        unknown or failed model, embeddings from a model without --embedding), counted and logged."""
         try:
-            self.scheduler.submit(job)
+            host, _alias = self.models.resolve(req.model, req_id=req.id)
+            refused = self._refuse_kind(host, req)
+            if refused is not None:
+                raise refused
         except P.ProtocolError as exc:
             self.metrics.outcome(exc.code)
-            log.info("request", extra={"fields": {"id": req.id, "outcome": exc.code}})
+            return exc
+        job = Job(req, emit=lambda event: None, model=host.name)
+        job.emit = self._emitter(conn, job, host)  # the emitter needs the job it reports for
+        try:
+            self.models.submit(host, job)
+        except P.ProtocolError as exc:
+            host.metrics.outcome(exc.code)
+            log.info("request", extra={"fields": {"id": req.id, "outcome": exc.code}
+                                       | ({"model": host.name} if self.several else {})})
             return exc
         conn.inflight[req.id] = job
         return None
 
-    def _refuse_kind(self, req: P.Completion | P.Embedding) -> P.ProtocolError | None:
-        if isinstance(req, P.Embedding) and not self.opts.embedding:
-            return P.ProtocolError(P.BAD_REQUEST, "this server does not serve embeddings: start it with --embedding",
-                                   req.id)
+    def _refuse_kind(self, host: ModelHost, req: P.Completion | P.Embedding) -> P.ProtocolError | None:
+        if isinstance(req, P.Embedding) and not host.spec.args.embedding:
+            where = f"model {host.name} is not served with embeddings (its [models.{host.name}] table: embedding = " \
+                    "true)" if self.several else "this server does not serve embeddings: start it with --embedding"
+            return P.ProtocolError(P.BAD_REQUEST, where, req.id)
         return None
 
     def _control(self, conn: Client, req: P.Control) -> None:
         if req.type == "health":
-            snap = self.scheduler.snapshot()
+            try:
+                m = self.model(req.model)
+            except P.ProtocolError as exc:
+                conn.send(P.error_event(req.id, exc.code, str(exc)))
+                return
+            snap = m.snapshot()
             status = "stopping" if self.stopping else snap["status"]
-            conn.send({"event": "health", "id": req.id, "status": status, "slots": snap["slots"],
-                       "slots_busy": snap["slots_busy"], "queue": snap["queue"], "queue_max": snap["queue_max"],
-                       "n_ctx": snap["n_ctx"], "protocol": P.VERSION})
+            event = {"event": "health", "id": req.id, "status": status, "slots": snap["slots"],
+                     "slots_busy": snap["slots_busy"], "queue": snap["queue"], "queue_max": snap["queue_max"],
+                     "n_ctx": snap["n_ctx"], "protocol": P.VERSION}
+            if self.several:
+                event["model"] = m.name
+                event["models"] = {i.name: i.state for i in self.models.states()}
+            conn.send(event)
         elif req.type == "metrics":
             conn.send({"event": "metrics", "id": req.id, "text": self.metrics_text()})
         else:  # cancel
@@ -200,82 +341,65 @@ class Server:
             job = conn.inflight.get(req.id)
             if job is None:
                 conn.send(P.error_event(req.id, P.NOT_FOUND, f"no request {req.id!r} in flight on this connection"))
-            else:
-                self.scheduler.cancel(job, "cancelled")
+            elif job.scheduler is not None:
+                job.scheduler.cancel(job, "cancelled")
 
     def metrics_text(self) -> str:
-        snap = self.scheduler.snapshot()
-        return self.metrics.render({"requests_processing": snap["slots_busy"], "requests_deferred": snap["queue"],
-                                    "kv_cache_tokens": snap["kv_cache_tokens"], "n_ctx": snap["n_ctx"],
-                                    "connections": len(self.connections)})
+        per_model = []
+        for host in self.models.hosts.values():
+            snap = Model(self, host).snapshot()
+            gauges = {"requests_processing": snap["slots_busy"], "requests_deferred": snap["queue"],
+                      "kv_cache_tokens": snap["kv_cache_tokens"], "n_ctx": snap["n_ctx"]}
+            if not self.several:  # one model: its metrics are the service's (the same object), unlabelled
+                return self.metrics.render(gauges | {"connections": len(self.connections)})
+            per_model.append((host.name, host.metrics, gauges | {"loaded": int(host.state == "loaded"),
+                                                                 "loads": host.loads}))
+        return self.metrics.render_models(per_model, len(self.connections), dict(self.models.alias_counts),
+                                          self.models.swaps, self.models.held_bytes(), self.models.budget)
 
     # ---- what routes ask (api.Service) ----
     @property
     def status(self) -> str:
-        return self.scheduler.status
-
-    @property
-    def model_path(self) -> str:
-        return self.opts.model
+        if self.several:
+            return "ok" if self.ready_sent else "loading"
+        host = next(iter(self.models.hosts.values()))
+        return "ok" if host.state == "loaded" else "loading"
 
     @property
     def max_tokens(self) -> int:
-        return self.scheduler.cfg.max_tokens
+        return self.engine_cfg.max_tokens
 
-    def _llm(self) -> LLM:
-        llm = self.scheduler.llm
-        if llm is None or self.scheduler.status != "ok":
-            raise NotReady("the model is loading")
-        return llm
+    def model(self, name: str | None) -> Model:
+        host, _ = self.models.resolve(name, pick=False)
+        return Model(self, host)
 
-    def model_facts(self) -> ModelFacts | None:
-        llm = self.scheduler.llm
-        if llm is None:
-            return None
-        if self._facts is None or self._facts[0] is not llm:  # facts of one loaded model do not change
-            md = llm.file.metadata
-            template = md.get("tokenizer.chat_template")
-            self._facts = (llm, ModelFacts(
-                n_ctx=llm.n_ctx, n_vocab=llm.n_vocab,
-                n_ctx_train=md.get(f"{md.get('general.architecture')}.context_length"),
-                n_embd=getattr(llm.desc, "n_embd", None), size=os.path.getsize(llm.path),
-                chat_template=template if isinstance(template, str) else ""))
-        return self._facts[1]
+    def choose(self, name: str | None) -> str:
+        host, _ = self.models.resolve(name)
+        return host.name
 
-    def tokenizer(self) -> Tokenizer:
-        return self._llm().tokenizer
+    async def loaded(self, name: str | None) -> Model:
+        m = self.model(name)
+        if not self.several or m.host.state == "loaded":
+            return m
+        if m.host.state in ("unloaded", "failed") and not (m.host.sched is not None and not m.host.sched.stopping):
+            if m.host.state == "failed" and m.host.source_identity() == m.host.failed_identity:
+                raise P.ProtocolError(P.UNAVAILABLE, f"model {m.name} is unavailable: {m.reason}")
+            self.models.load_now(m.name)
+        deadline = time.monotonic() + self.opts.load_wait
+        while m.host.state in ("loading", "unloaded") and time.monotonic() < deadline and not self.stopping:
+            await asyncio.sleep(0.02)
+        if m.host.state == "failed":
+            raise P.ProtocolError(P.UNAVAILABLE, f"model {m.name} is unavailable: {m.reason}")
+        return m
 
-    def chat_prompt(self, messages: list[dict[str, Any]]) -> str:
-        from edgellama.service.scheduler import render_chat
+    def model_list(self) -> list[ModelInfo]:
+        return self.models.states()
 
-        # the --system-prompt added as the scheduler adds it to a chat request
-        return render_chat(self._llm(), messages, self.scheduler.cfg.system_prompt).text
+    def load_model(self, name: str) -> None:
+        self.models.load_now(name)
 
-    def snapshot(self) -> dict[str, Any]:
-        return self.scheduler.snapshot()
-
-    @property
-    def embedding(self) -> bool:
-        return self.opts.embedding
-
-    def pooling(self) -> str:
-        return str(self._llm().pooling)
-
-    def rerank_prompt(self, query: str, document: str) -> list[int]:
-        from edgellama.embedding import rerank_tokens
-
-        return rerank_tokens(self._llm().tokenizer, query, document)
-
-    def slot_requests(self) -> list[P.Completion | None]:
-        return [job.req if job is not None and isinstance(job.req, P.Completion) else None
-                for job in self.scheduler.slot_jobs()]
-
-    def lora_adapters(self) -> list[LoraInfo]:
-        return [LoraInfo(path=str(ad.path), scale=scale, task_name=ad.task_name, prompt_prefix=ad.prompt_prefix)
-                for ad, scale in self.scheduler.lora_adapters()]
-
-    def set_lora_defaults(self, lora: list[tuple[int, float]]) -> None:
-        self.scheduler.set_lora_defaults(lora)
+    def unload_model(self, name: str) -> bool:
+        return self.models.unload(name)
 
     # ---- lifecycle ----
     def request_stop(self) -> None:
@@ -294,8 +418,15 @@ class Server:
         while True:
             await asyncio.sleep(period)
             # while loading there is no step to watch (TimeoutStartSec= bounds the start instead)
-            if self.scheduler.status == "loading" or time.monotonic() - self.scheduler.heartbeat < limit:
+            now = time.monotonic()
+            if all(s.status in ("loading", "closed") or now - s.heartbeat < limit for s in self.models.schedulers()):
                 self.notifier.notify("WATCHDOG=1")
+
+    async def _reaper(self) -> None:
+        """Unloads the models whose keep_alive ran out."""
+        while True:
+            await asyncio.sleep(0.25)
+            self.models.reap()
 
     async def run(self) -> int:
         self.loop = asyncio.get_running_loop()
@@ -331,14 +462,20 @@ class Server:
             self.ports.append(port)
             port.start()
         self.notifier.notify("STATUS=loading the model")
-        self.scheduler.start()
-        wd = asyncio.create_task(self._watchdog()) if self.notifier.watchdog_usec else None
+        default = self.model(self.cfg.default)
+        if default.host.state != "failed":
+            self.models.load_now(default.name)  # the default model at once; the others on their first request
+        else:
+            self._notify_ready(f"STATUS=ready; {default.name} failed: {default.reason}")
+        tasks = [asyncio.create_task(self._reaper())]
+        if self.notifier.watchdog_usec:
+            tasks.append(asyncio.create_task(self._watchdog()))
         try:
             await self.stop_requested.wait()
             await self._shutdown(servers)
         finally:
-            if wd is not None:
-                wd.cancel()
+            for task in tasks:
+                task.cancel()
             if created and self.opts.socket_path is not None:
                 try:
                     os.unlink(self.opts.socket_path)
@@ -363,12 +500,15 @@ class Server:
         for server in servers:
             server.close()  # stop accepting; open connections go on until their work ends
         if self.opts.grace > 0 and self.fatal is None:
-            self.scheduler.refuse_new()
+            self.models.refuse_new()
             deadline = time.monotonic() + self.opts.grace
-            while not self.scheduler.idle() and time.monotonic() < deadline:
+            while not self.models.idle() and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
-        self.scheduler.stop()
-        await asyncio.to_thread(self.scheduler.thread.join, 30.0)
+        threads = self.models.schedulers()
+        self.models.stop()
+        for s in threads:
+            if s.thread.is_alive():
+                await asyncio.to_thread(s.thread.join, 30.0)
         await asyncio.sleep(0)  # deliver the last events queued by the engine thread
         for conn in list(self.connections):
             conn.close()

@@ -22,7 +22,7 @@ class HttpError(Exception):
 
 # llama-server's error `type` per status (its format_error_response), OpenAI's names
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 405: "invalid_request_error", 408: "invalid_request_error",
+               404: "not_found_error", 405: "invalid_request_error", 408: "invalid_request_error", 409: "conflict_error",
                413: "invalid_request_error", 431: "invalid_request_error", 500: "server_error",
                501: "not_supported_error", 503: "unavailable_error"}
 
@@ -30,7 +30,7 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
 CODE_STATUS = {P.BAD_REQUEST: (400, "invalid_request_error"), P.TOO_LONG: (413, "invalid_request_error"),
                P.BUSY: (503, "unavailable_error"), P.CONTEXT: (400, "exceed_context_size_error"),
                P.SHUTDOWN: (503, "unavailable_error"), P.NOT_FOUND: (404, "not_found_error"),
-               P.INTERNAL: (500, "server_error")}
+               P.INTERNAL: (500, "server_error"), P.UNAVAILABLE: (503, "unavailable_error")}
 
 
 def error_body(status: int, message: str, type_: str) -> dict[str, Any]:
@@ -133,6 +133,14 @@ def _lora(obj: dict[str, Any], v1: dict[str, Any]) -> None:
         v1["lora"] = lora
 
 
+def routing(obj: dict[str, Any], v1: dict[str, Any]) -> dict[str, Any]:
+    """The body's `model` (which model answers) and ollama's `keep_alive`, as protocol v1 takes them."""
+    for name in ("model", "keep_alive"):
+        if obj.get(name) is not None:
+            v1[name] = obj[name]
+    return v1
+
+
 def _seed(obj: dict[str, Any], v1: dict[str, Any]) -> None:
     seed = obj.get("seed")
     if seed is not None and seed != -1:  # llama-server's -1: a random seed, protocol v1's null
@@ -153,6 +161,7 @@ def llama_completion(obj: dict[str, Any], req_id: str) -> dict[str, Any]:
             v1[name] = obj[name]
     _seed(obj, v1)
     _lora(obj, v1)
+    routing(obj, v1)
     v1.update(grammar_fields(obj))
     return v1
 
@@ -173,6 +182,7 @@ def _openai_common(obj: dict[str, Any], v1: dict[str, Any]) -> None:
         v1["stop"] = obj["stop"]
     _seed(obj, v1)
     _lora(obj, v1)
+    routing(obj, v1)
     v1.update(grammar_fields(obj))
 
 

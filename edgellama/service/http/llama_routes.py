@@ -6,14 +6,14 @@
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
+from urllib.parse import parse_qs
 
 import h11
 
 from edgellama import params
 from edgellama.service import protocol as P
-from edgellama.service.api import NotReady, Tokenizer
+from edgellama.service.api import ModelView, NotReady, Tokenizer
 from edgellama.service.http import fields as F
 from edgellama.service.http.connection import HttpConnection
 
@@ -22,32 +22,82 @@ def sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n\n"
 
 
-def _ready(conn: HttpConnection) -> None:
-    """503 while the model loads."""
-    if conn.service.status != "ok":
+def query_model(req: h11.Request) -> str | None:
+    """The `model` query parameter (llama-server's router: GET /props?model=NAME), None when absent."""
+    target = req.target.decode("ascii", "replace")
+    if "?" not in target:
+        return None
+    values = parse_qs(target.split("?", 1)[1]).get("model")
+    return values[0] if values else None
+
+
+def body_model(obj: dict[str, Any]) -> str | None:
+    try:
+        return P.model_name(obj.get("model"))
+    except P.ProtocolError as exc:
+        raise F.HttpError(400, str(exc)) from None
+
+
+def model(conn: HttpConnection, name: str | None) -> ModelView:
+    """The model a name means (None: the default); 404 listing the names for an unknown one."""
+    try:
+        return conn.service.model(name)
+    except P.ProtocolError as exc:
+        raise F.from_protocol_error(exc.code, str(exc)) from None
+
+
+async def loaded(conn: HttpConnection, name: str | None) -> ModelView:
+    """The model, loaded: several models: a load starts if it is not and this waits; one model: 503 while
+    it loads."""
+    try:
+        m = await conn.service.loaded(name)
+    except P.ProtocolError as exc:
+        raise F.from_protocol_error(exc.code, str(exc)) from None
+    if m.status != "ok":
         raise F.HttpError(503, "Loading model")
+    return m
 
 
-def _tokenizer(conn: HttpConnection) -> Tokenizer:
+def choose(conn: HttpConnection, req: P.Completion | P.Embedding) -> str:
+    """The model that answers req (an alias's pick by weight), written into req; its name for the answer."""
+    try:
+        req.model = conn.service.choose(req.model)
+    except P.ProtocolError as exc:
+        raise F.from_protocol_error(exc.code, str(exc)) from None
+    return req.model
+
+
+def _tokenizer(m: ModelView) -> Tokenizer:
     """The loaded model's tokenizer, or 503 while it loads."""
     try:
-        return conn.service.tokenizer()
+        return m.tokenizer()
     except NotReady:
         raise F.HttpError(503, "Loading model") from None
 
 
-def model_id(conn: HttpConnection) -> str:
-    """The model's name in results (llama-server's alias): its file name; /props has the path."""
-    return os.path.basename(conn.service.model_path) or "edgellama"
+def model_id(conn: HttpConnection, name: str | None = None) -> str:
+    """The model's name in results (llama-server's alias): one model: its file name; /props has the path."""
+    return model(conn, name).name
 
 
 async def health(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
-    status = conn.service.status
     if conn.service.stopping:
         raise F.HttpError(503, "Server is stopping")
-    if status != "ok":
-        raise F.HttpError(503, "Loading model")
-    conn.respond_json(200, {"status": "ok"})
+    name = query_model(req)
+    if name is None or not conn.service.several:
+        if conn.service.status != "ok":
+            raise F.HttpError(503, "Loading model")
+        out: dict[str, Any] = {"status": "ok"}
+        if conn.service.several:
+            out["models"] = {i.name: i.state for i in conn.service.model_list()}
+        conn.respond_json(200, out)
+        return
+    m = model(conn, name)
+    if m.status == "loading":
+        raise F.HttpError(503, f"Loading model {m.name}")
+    if m.status == "failed":
+        raise F.HttpError(503, f"model {m.name} failed: {m.reason}")
+    conn.respond_json(200, {"status": m.status, "model": m.name})
 
 
 async def metrics(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
@@ -64,9 +114,9 @@ def default_params(conn: HttpConnection, req: P.Completion | None = None) -> dic
             "lora": [{"id": i, "scale": sc} for i, sc in r.lora or []]}  # the request's own, as llama-server
 
 
-def slots(conn: HttpConnection) -> list[dict[str, Any]]:
-    snap = conn.service.snapshot()
-    reqs = conn.service.slot_requests()  # each slot's request, None while idle
+def slots(conn: HttpConnection, m: ModelView) -> list[dict[str, Any]]:
+    snap = m.snapshot()
+    reqs = m.slot_requests()  # each slot's request, None while idle
     out = []
     for i in range(snap["slots"]):
         r = reqs[i] if i < len(reqs) else None
@@ -76,21 +126,25 @@ def slots(conn: HttpConnection) -> list[dict[str, Any]]:
 
 
 async def get_slots(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
-    conn.respond_json(200, slots(conn))
+    conn.respond_json(200, slots(conn, model(conn, query_model(req))))
 
 
 async def props(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
-    facts = conn.service.model_facts()
+    m = model(conn, query_model(req))
+    facts = m.model_facts()
     template = facts.chat_template if facts is not None else ""
-    snap = conn.service.snapshot()
+    snap = m.snapshot()
     from edgellama import __version__
 
-    conn.respond_json(200, {
+    out = {
         "default_generation_settings": {"id": 0, "n_ctx": snap["n_ctx"], "speculative": False,
                                         "is_processing": False, "params": default_params(conn)},
-        "total_slots": snap["slots"], "model_path": conn.service.model_path, "chat_template": template,
+        "total_slots": snap["slots"], "model_path": m.model_path, "chat_template": template,
         "modalities": {"vision": False, "audio": False}, "build_info": f"edgellama {__version__}",
-        "is_sleeping": False})
+        "is_sleeping": False}
+    if conn.service.several:
+        out |= {"model": m.name, "status": m.status}
+    conn.respond_json(200, out)
 
 
 def completion_result(conn: HttpConnection, req: P.Completion, done: dict[str, Any], content: str,
@@ -98,7 +152,7 @@ def completion_result(conn: HttpConnection, req: P.Completion, done: dict[str, A
     """protocol v1's done -> llama-server's /completion result fields (content: this event's text; text:
     the whole answer)."""
     out: dict[str, Any] = {
-        "index": 0, "content": content, "id_slot": 0, "stop": True, "model": model_id(conn),
+        "index": 0, "content": content, "id_slot": 0, "stop": True, "model": done.get("model", req.model),
         "tokens_predicted": done.get("tokens_predicted", 0), "tokens_evaluated": done.get("tokens_evaluated", 0),
         "tokens_cached": done.get("tokens_cached", 0), "generation_settings": default_params(conn, req),
         "prompt": req.prompt, "has_new_line": "\n" in text, "truncated": done.get("stop_reason") == "context",
@@ -113,6 +167,7 @@ def completion_result(conn: HttpConnection, req: P.Completion, done: dict[str, A
 async def completion(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
     obj = F.json_body(body)
     creq = F.parse_v1(F.llama_completion(obj, conn.next_id()))
+    choose(conn, creq)
     text: list[str] = []
     async for ev in conn.events(creq):
         if ev["event"] == "token":
@@ -142,7 +197,7 @@ async def tokenize(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
         if not isinstance(v, bool):
             raise F.HttpError(400, f"field {name!r} must be true or false")
         flags[name] = v
-    tok = _tokenizer(conn)
+    tok = _tokenizer(await loaded(conn, body_model(obj)))
     ids = tok.encode(content, add_special=flags["add_special"], parse_special=flags["parse_special"])
     if not flags["with_pieces"]:
         conn.respond_json(200, {"tokens": ids})
@@ -161,7 +216,7 @@ async def tokenize(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
 async def detokenize(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
     obj = F.json_body(body)
     ids = obj.get("tokens")
-    tok = _tokenizer(conn)
+    tok = _tokenizer(await loaded(conn, body_model(obj)))
     if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
         raise F.HttpError(400, "field 'tokens' must be a list of token ids")
     bad = [t for t in ids if not 0 <= t < tok.n_vocab]
@@ -170,10 +225,10 @@ async def detokenize(conn: HttpConnection, req: h11.Request, body: bytes) -> Non
     conn.respond_json(200, {"content": tok.decode(ids, strip_space_prefix=False)})
 
 
-def chat_prompt(conn: HttpConnection, messages: list[dict[str, Any]]) -> str:
-    """The text a chat request is evaluated as (the server's --system-prompt added as the scheduler does)."""
+def chat_prompt(m: ModelView, messages: list[dict[str, Any]]) -> str:
+    """The text a chat request is evaluated as (the model's --system-prompt added as the scheduler does)."""
     try:
-        return conn.service.chat_prompt(messages)
+        return m.chat_prompt(messages)
     except NotReady:
         raise F.HttpError(503, "Loading model") from None
     except P.ProtocolError as exc:
@@ -182,20 +237,22 @@ def chat_prompt(conn: HttpConnection, messages: list[dict[str, Any]]) -> str:
 
 async def get_lora_adapters(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
     """llama-server's list of the adapters loaded at start (serve --lora / --lora-scaled), by number, at
-    the scales requests without a `lora` field run with."""
-    _ready(conn)
+    the scales requests without a `lora` field run with (?model=NAME: that model's)."""
+    m = await loaded(conn, query_model(req))
     conn.respond_json(200, [{"id": i, "path": ad.path, "scale": ad.scale,
                              "task_name": ad.task_name, "prompt_prefix": ad.prompt_prefix}
-                            for i, ad in enumerate(conn.service.lora_adapters())])
+                            for i, ad in enumerate(m.lora_adapters())])
 
 
 async def post_lora_adapters(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
     """llama-server's global adapter scales: the listed adapters at their scales, the others at 0, for
     requests admitted from now on without a `lora` field; an unknown id is a 400 and changes nothing."""
-    _ready(conn)
+    m = await loaded(conn, query_model(req))
     lora = F.lora_list(F.json_value(body))
     try:
-        conn.service.set_lora_defaults(lora)
+        m.set_lora_defaults(lora)
+    except NotReady:
+        raise F.HttpError(503, "Loading model") from None
     except P.ProtocolError as exc:
         raise F.from_protocol_error(exc.code, str(exc)) from None
     conn.respond_json(200, {"success": True})
@@ -206,4 +263,4 @@ async def apply_template(conn: HttpConnection, req: h11.Request, body: bytes) ->
     # protocol v1's checks of the messages (roles, shapes), with the same messages
     creq = F.parse_v1({"id": 0, "messages": F.chat_messages(obj.get("messages"))})
     assert creq.messages is not None
-    conn.respond_json(200, {"prompt": chat_prompt(conn, creq.messages)})
+    conn.respond_json(200, {"prompt": chat_prompt(await loaded(conn, body_model(obj)), creq.messages)})

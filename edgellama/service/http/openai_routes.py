@@ -1,4 +1,4 @@
-"""OpenAI's endpoints as llama-server serves them: /v1/models, /v1/completions, /v1/chat/completions
+"""OpenAI's endpoints as llama-server serves them: /v1/completions, /v1/chat/completions
 (streams end with `data: [DONE]`; `usage`, `finish_reason`, and llama-server's `timings`).
 """
 
@@ -13,20 +13,9 @@ import h11
 from edgellama.service import protocol as P
 from edgellama.service.http import fields as F
 from edgellama.service.http.connection import HttpConnection
-from edgellama.service.http.llama_routes import model_id, sse
+from edgellama.service.http.llama_routes import choose, sse
 
 DONE = b"data: [DONE]\n\n"
-
-
-async def models(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
-    facts = conn.service.model_facts()
-    meta = None
-    if facts is not None:
-        meta = {"n_vocab": facts.n_vocab, "n_ctx": facts.n_ctx, "n_ctx_train": facts.n_ctx_train,
-                "n_embd": facts.n_embd, "size": facts.size}
-    conn.respond_json(200, {"object": "list", "data": [
-        {"id": model_id(conn), "object": "model", "created": int(conn.service.started), "owned_by": "edgellama",
-         "meta": meta}]})
 
 
 def _stream_options(obj: dict[str, Any]) -> bool:
@@ -41,7 +30,7 @@ def _stream_options(obj: dict[str, Any]) -> bool:
 async def _serve(conn: HttpConnection, obj: dict[str, Any], creq: P.Completion, chat: bool) -> None:
     include_usage = _stream_options(obj)
     rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_urlsafe(16)
-    base = {"id": rid, "created": int(time.time()), "model": model_id(conn),
+    base = {"id": rid, "created": int(time.time()), "model": choose(conn, creq),
             "object": "chat.completion.chunk" if chat else "text_completion", "system_fingerprint": "edgellama"}
 
     def chunk(piece: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:

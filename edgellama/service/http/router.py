@@ -11,6 +11,7 @@ import h11
 
 from edgellama.service.http import embedding_routes as E
 from edgellama.service.http import llama_routes as L
+from edgellama.service.http import model_routes as M
 from edgellama.service.http import openai_routes as O
 from edgellama.service.http.connection import HttpConnection, Route
 from edgellama.service.http.fields import HttpError
@@ -25,7 +26,8 @@ ROUTES: dict[str, dict[str, Route]] = {
     "/detokenize": {"POST": L.detokenize},
     "/apply-template": {"POST": L.apply_template},
     "/lora-adapters": {"GET": L.get_lora_adapters, "POST": L.post_lora_adapters},
-    "/v1/models": {"GET": O.models}, "/models": {"GET": O.models},
+    "/v1/models": {"GET": M.models}, "/models": {"GET": M.models},
+    "/models/load": {"POST": M.load}, "/models/unload": {"POST": M.unload},
     "/v1/completions": {"POST": O.completions},
     "/v1/chat/completions": {"POST": O.chat_completions}, "/chat/completions": {"POST": O.chat_completions},
     "/embedding": {"POST": E.embedding}, "/embeddings": {"POST": E.embedding},
