@@ -512,8 +512,8 @@ def plan_report(cfg: ModelsConfig, budget: int | None) -> tuple[str, dict[str, A
     lines.append(f"\nloaded together {where}{limit} (the interpreter's {BASE_OVERHEAD >> 20} MiB counted once):")
     for s in sets:
         lines.append(f"  {' + '.join(s):<50} {fmt_bytes(together([plans[n] for n in s]))}")
-    alone = [n for n, p in plans.items() if budget is not None and p.total > budget]
-    for n in alone:
+    too_big = [n for n, p in plans.items() if budget is not None and p.total > budget]
+    for n in too_big:
         lines.append(f"  {n}: does NOT fit even alone (the service refuses to start)")
     if len(sets) > 1:
         lines.append("  models in different sets take turns: a request for one unloads idle others, least "
