@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.service_util import ServerProc, UnixHTTP, cli_env
+from tests.service_util import ServerProc, UnixHTTP, cli_env, openai_over_unix_socket
 
 BUDGET_MIB = 450  # SmolLM2 (~200 MiB at -c 1024) or Gemma 3 (~375 MiB), never both (~540 MiB)
 ENGINE = ["-c", "1024", "-t", "1", "-b", "64"]
@@ -151,6 +151,15 @@ def test_routing_names_and_refusals(two: ServerProc, expected: dict[str, str]) -
     assert status == 200 and toks["tokens"]
     text = two.metrics()
     assert any(k.startswith('edgellama:requests_total{model="gemma"') for k in text)
+    with openai_over_unix_socket(two.path) as client:  # the openai SDK: its model field, and models.list
+        listed = {m.id for m in client.models.list()}
+        assert listed == {"smol", "gemma"}
+        out = client.completions.create(model="gemma", prompt=PROMPTS["gemma"], max_tokens=N_PREDICT, temperature=0)
+        assert out.model == "gemma" and out.choices[0].text == expected["gemma"]
+        import openai
+
+        with pytest.raises(openai.NotFoundError):
+            client.completions.create(model="gpt-4o", prompt="x", max_tokens=1)
 
 
 def test_unload_is_refused_while_a_request_runs(two: ServerProc) -> None:
