@@ -41,7 +41,6 @@ import http.client
 import importlib.util
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -51,7 +50,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from vs_llamacpp import Worker, loadavg, proto_channel  # bench/ is the script's folder: sys.path[0]
+from vs_llamacpp import (  # bench/ is the script's folder: sys.path[0]
+    UnixHTTP,
+    Worker,
+    free_port,
+    loadavg,
+    proto_channel,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path.home() / ".cache" / "edgellama"
@@ -213,19 +218,6 @@ class WorkerEngine:
         self.worker.close()
 
 
-class UnixHTTP(http.client.HTTPConnection):
-    """http.client over a UNIX socket."""
-
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.unix_path)
-
-
 class ServerEngine:
     """A server process answering POST /v1/embeddings; timed from the client, CPU read from /proc."""
 
@@ -292,13 +284,6 @@ class ServerEngine:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def start_engines(model: Path, t: int, a: argparse.Namespace, sockdir: str) -> list[Any]:

@@ -54,7 +54,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -63,6 +62,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from vs_llamacpp import UnixHTTP, free_port, loadavg  # bench/ is the script's folder: sys.path[0]
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path.home() / ".cache" / "edgellama"
@@ -79,10 +80,6 @@ PAUSE_S = 0.2  # between requests: lets the pool threads of the last one stop sp
 
 
 # ---------------------------------------------------------------- /proc
-
-def loadavg() -> list[float]:
-    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
-
 
 def uptime() -> str:
     try:
@@ -191,26 +188,6 @@ class TreeSampler(threading.Thread):
 
 
 # ---------------------------------------------------------------- HTTP
-
-class UnixHTTP(http.client.HTTPConnection):
-    """http.client over a UNIX socket."""
-
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.unix_path)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
 
 class Server:
     """One server process (and whatever it spawns), started at construction, ready when /health is 200."""

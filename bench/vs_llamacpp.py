@@ -26,9 +26,11 @@ greedy tokens, and reads VmHWM (and the RssAnon/RssFile split) from /proc/self/s
 from __future__ import annotations
 
 import argparse
+import http.client
 import importlib.util
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -277,6 +279,27 @@ class Worker:
 
 def loadavg() -> list[float]:
     return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+class UnixHTTP(http.client.HTTPConnection):
+    """http.client over a UNIX socket (the server scripts' client of `edgellama serve`)."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.unix_path)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a peer server that listens on TCP only)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _stats(rates: list[float]) -> dict[str, float]:

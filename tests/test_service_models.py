@@ -16,24 +16,13 @@ from typing import Any
 
 import pytest
 
-from tests.service_util import ServerProc, UnixHTTP, cli_env, openai_over_unix_socket
+from tests.service_util import ServerProc, cli_env, openai_over_unix_socket
+from tests.test_service_http import call
 
 BUDGET_MIB = 450  # SmolLM2 (~200 MiB at -c 1024) or Gemma 3 (~375 MiB), never both (~540 MiB)
 ENGINE = ["-c", "1024", "-t", "1", "-b", "64"]
 PROMPTS = {"smol": "The capital of France is", "gemma": "The three primary colors are"}
 N_PREDICT = 8
-
-
-def call(srv: ServerProc, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    c = UnixHTTP(srv.path)
-    try:
-        c.request(method, path, body=None if body is None else json.dumps(body),
-                  headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        data = r.read()
-        return r.status, json.loads(data) if r.getheader("content-type", "").startswith("application/json") else data
-    finally:
-        c.close()
 
 
 def complete(srv: ServerProc, model: str | None, prompt: str, n: int = N_PREDICT, **extra: Any) -> tuple[int, Any]:

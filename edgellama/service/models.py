@@ -54,6 +54,10 @@ class VerifyError(ValueError):
     """The model file does not hash to its configured sha256."""
 
 
+class Withdrawn(Exception):
+    """A load given up before it began: the model was unloaded (POST /models/unload) or the service stops."""
+
+
 class ModelHost:
     """One configured model: its plan, state and (while loaded or loading) its scheduler."""
 
@@ -290,6 +294,8 @@ class ModelSet:
         """A request of host's ended: it is the most recently used, and stays loaded for keep_alive."""
         ka = keep_alive if keep_alive is not None else (
             host.spec.keep_alive if host.spec.keep_alive is not None else self.cfg.keep_alive)
+        if not self.cfg.several:
+            ka = -1.0  # one model (a bare -m FILE) stays loaded, as it always has; -m NAME=FILE opts in
         with self.cond:
             host.last_used = time.monotonic()
             host.keep_until = None if ka < 0 else host.last_used + ka
@@ -382,7 +388,7 @@ class ModelSet:
         with self.cond:
             while True:
                 if self.closing or sched.stopping:
-                    raise RuntimeError("the server is shutting down")
+                    raise Withdrawn("the server is shutting down" if self.closing else "unloaded before it loaded")
                 if self._fits(host, list(self.live.values())):
                     self.live[sched] = host
                     self.swaps += evicted
@@ -420,7 +426,7 @@ class ModelSet:
 
     def _failed(self, host: ModelHost, sched: Scheduler, exc: BaseException) -> None:
         with self.cond:
-            if self.closing:
+            if self.closing or isinstance(exc, Withdrawn):
                 return
             if host.sched is sched:
                 self._mark_failed(host, exc)

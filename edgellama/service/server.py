@@ -379,18 +379,19 @@ class Server:
 
     async def loaded(self, name: str | None) -> Model:
         m = self.model(name)
-        if not self.several or m.host.state == "loaded":
+        if not self.several:
             return m
-        if m.host.state in ("unloaded", "failed") and not (m.host.sched is not None and not m.host.sched.stopping):
-            if m.host.state == "failed" and m.host.source_identity() == m.host.failed_identity:
-                raise P.ProtocolError(P.UNAVAILABLE, f"model {m.name} is unavailable: {m.reason}")
-            self.models.load_now(m.name)
         deadline = time.monotonic() + self.opts.load_wait
-        while m.host.state in ("loading", "unloaded") and time.monotonic() < deadline and not self.stopping:
+        while time.monotonic() < deadline and not self.stopping:
+            host = m.host
+            if host.state == "loaded":
+                return m
+            if host.state == "failed" and host.source_identity() == host.failed_identity:
+                raise P.ProtocolError(P.UNAVAILABLE, f"model {m.name} is unavailable: {m.reason}")
+            if host.state in ("unloaded", "failed") and (host.sched is None or host.sched.stopping):
+                self.models.load_now(m.name)  # (again: it may have been unloaded for another meanwhile)
             await asyncio.sleep(0.02)
-        if m.host.state == "failed":
-            raise P.ProtocolError(P.UNAVAILABLE, f"model {m.name} is unavailable: {m.reason}")
-        return m
+        return m  # the route answers 503 for a model still not loaded
 
     def model_list(self) -> list[ModelInfo]:
         return self.models.states()
