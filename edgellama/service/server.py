@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from edgellama.service import protocol as P
-from edgellama.service.api import Client, LoraInfo, ModelFacts, ModelInfo, NotReady, Tokenizer
+from edgellama.service.api import Client, ModelInfo
 from edgellama.service.http.connection import HttpConnection, Limits
 from edgellama.service.http.router import FirstBytes, route
 from edgellama.service.logs import ReopenableHandler
 from edgellama.service.metrics import Metrics
 from edgellama.service.model_config import ModelsConfig, ModelSpec
+from edgellama.service.model_view import Model
 from edgellama.service.models import ModelHost, ModelSet, verified_load
 from edgellama.service.scheduler import EngineConfig, Job
 from edgellama.service.serial_config import PortConfig
@@ -51,101 +52,6 @@ class ServeOptions:
     serial: list[PortConfig] = field(default_factory=list)
     budget: int | None = None  # bytes the models loaded together may take (several models)
     load_wait: float = 600.0  # seconds a route that needs a model's tokenizer waits for it to load
-
-
-class Model:
-    """One of the service's models as routes see it (api.ModelView): its host's facts and its loaded LLM."""
-
-    def __init__(self, server: Server, host: ModelHost) -> None:
-        self.server, self.host = server, host
-
-    @property
-    def name(self) -> str:
-        return self.host.name
-
-    @property
-    def status(self) -> str:
-        return "ok" if self.host.state == "loaded" else self.host.state
-
-    @property
-    def reason(self) -> str:
-        return self.host.reason
-
-    @property
-    def model_path(self) -> str:
-        return str(self.host.spec.args.model or (self.host.paths[0] if self.host.paths else ""))
-
-    @property
-    def embedding(self) -> bool:
-        return bool(self.host.spec.args.embedding)
-
-    def _llm(self) -> LLM:
-        s = self.host.sched
-        llm = s.llm if s is not None else None
-        if llm is None or s is None or s.status != "ok":
-            raise NotReady(f"model {self.name} is {self.host.state}")
-        return llm
-
-    def model_facts(self) -> ModelFacts | None:
-        s = self.host.sched
-        llm = s.llm if s is not None else None
-        if llm is not None and (self.host.facts is None or self.host.facts[0] != id(llm)):
-            md = llm.file.metadata  # facts of one loaded model do not change: made once per load
-            template = md.get("tokenizer.chat_template")
-            self.host.facts = (id(llm), ModelFacts(
-                n_ctx=llm.n_ctx, n_vocab=llm.n_vocab,
-                n_ctx_train=md.get(f"{md.get('general.architecture')}.context_length"),
-                n_embd=getattr(llm.desc, "n_embd", None), size=sum(os.path.getsize(p) for p in self.host.paths),
-                chat_template=template if isinstance(template, str) else ""))
-        return self.host.facts[1] if self.host.facts is not None else None
-
-    def tokenizer(self) -> Tokenizer:
-        return self._llm().tokenizer
-
-    def chat_prompt(self, messages: list[dict[str, Any]]) -> str:
-        from edgellama.service.scheduler import render_chat
-
-        # the --system-prompt added as the scheduler adds it to a chat request
-        return render_chat(self._llm(), messages, self.host.engine.system_prompt).text
-
-    def snapshot(self) -> dict[str, Any]:
-        s = self.host.sched
-        if s is not None:
-            snap = s.snapshot()
-            snap["status"] = "ok" if self.host.state == "loaded" else self.host.state
-        else:
-            snap = {"status": self.host.state, "slots": max(1, self.host.engine.parallel), "slots_busy": 0,
-                    "queue": 0, "queue_max": self.host.engine.queue, "n_ctx": 0, "kv_cache_tokens": 0}
-        if not snap["n_ctx"] and self.host.plan is not None:
-            snap["n_ctx"] = self.host.plan.n_ctx  # what it will run with once loaded
-        return snap
-
-    def pooling(self) -> str:
-        return str(self._llm().pooling)
-
-    def rerank_prompt(self, query: str, document: str) -> list[int]:
-        from edgellama.embedding import rerank_tokens
-
-        return rerank_tokens(self._llm().tokenizer, query, document)
-
-    def slot_requests(self) -> list[P.Completion | None]:
-        s = self.host.sched
-        if s is None:
-            return []
-        return [job.req if job is not None and isinstance(job.req, P.Completion) else None for job in s.slot_jobs()]
-
-    def lora_adapters(self) -> list[LoraInfo]:
-        s = self.host.sched
-        if s is None:
-            return []
-        return [LoraInfo(path=str(ad.path), scale=scale, task_name=ad.task_name, prompt_prefix=ad.prompt_prefix)
-                for ad, scale in s.lora_adapters()]
-
-    def set_lora_defaults(self, lora: list[tuple[int, float]]) -> None:
-        s = self.host.sched
-        if s is None or s.status != "ok":
-            raise NotReady(f"model {self.name} is {self.host.state}")
-        s.set_lora_defaults(lora)
 
 
 class Server:
@@ -187,7 +93,7 @@ class Server:
         llm = s.llm if s is not None else None
         if s is None or llm is None:
             return  # unloaded again already
-        Model(self, host).model_facts()  # kept for /v1/models while it is not loaded
+        Model(host).model_facts()  # kept for /v1/models while it is not loaded
         fields = {"model": str(llm.path), "n_ctx": llm.n_ctx, "load_ms": round(llm.load_ms, 1),
                   "system_tokens": len(s.system_tokens)}
         if self.several:
@@ -347,7 +253,7 @@ class Server:
     def metrics_text(self) -> str:
         per_model = []
         for host in self.models.hosts.values():
-            snap = Model(self, host).snapshot()
+            snap = Model(host).snapshot()
             gauges = {"requests_processing": snap["slots_busy"], "requests_deferred": snap["queue"],
                       "kv_cache_tokens": snap["kv_cache_tokens"], "n_ctx": snap["n_ctx"]}
             if not self.several:  # one model: its metrics are the service's (the same object), unlabelled
@@ -371,7 +277,7 @@ class Server:
 
     def model(self, name: str | None) -> Model:
         host, _ = self.models.resolve(name, pick=False)
-        return Model(self, host)
+        return Model(host)
 
     def choose(self, name: str | None) -> str:
         host, _ = self.models.resolve(name)
