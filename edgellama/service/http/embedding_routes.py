@@ -17,7 +17,7 @@ from edgellama.service import protocol as P
 from edgellama.service.api import NotReady
 from edgellama.service.http import fields as F
 from edgellama.service.http.connection import HttpConnection
-from edgellama.service.http.llama_routes import body_model, choose, loaded, model
+from edgellama.service.http.model_choice import body_model, choose, loaded, model
 
 
 async def _request(conn: HttpConnection, body: bytes, oai: bool) -> tuple[dict[str, Any], P.Embedding, bool, str]:

@@ -11,7 +11,7 @@ import h11
 from edgellama.service import protocol as P
 from edgellama.service.http import fields as F
 from edgellama.service.http.connection import HttpConnection
-from edgellama.service.http.llama_routes import body_model, model
+from edgellama.service.http.model_choice import body_model, model
 
 
 async def models(conn: HttpConnection, req: h11.Request, body: bytes) -> None:

@@ -13,7 +13,8 @@ import h11
 from edgellama.service import protocol as P
 from edgellama.service.http import fields as F
 from edgellama.service.http.connection import HttpConnection
-from edgellama.service.http.llama_routes import choose, sse
+from edgellama.service.http.llama_routes import sse
+from edgellama.service.http.model_choice import choose
 
 DONE = b"data: [DONE]\n\n"
 
