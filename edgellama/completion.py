@@ -57,8 +57,8 @@ class CompletionAPI:
 
     def _sampler(self, temperature: float, top_p: float, top_k: int, min_p: float, repeat_penalty: float,
                  seed: int | None, grammar: Any = None, max_tokens: int | None = None,
-                 stop: str | list[str] | None = None, mirostat: tuple[int, float, float] = (0, 5.0, 0.1)
-                 ) -> tuple[Any, GenParams]:
+                 stop: str | list[str] | None = None, mirostat: tuple[int, float, float] = (0, 5.0, 0.1),
+                 logit_bias: Any = None) -> tuple[Any, GenParams]:
         """The request's parameters checked by the request-parameter table (named as this API's
         arguments), and its sampler. grammar: GBNF text or a parsed edgellama.grammar.Grammar (llama-cpp-
         python's LlamaGrammar role)."""
@@ -73,7 +73,8 @@ class CompletionAPI:
                               temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                               repeat_penalty=repeat_penalty, seed=seed, mirostat=mirostat[0],
                               mirostat_tau=mirostat[1], mirostat_eta=mirostat[2],
-                              stop=[stop] if isinstance(stop, str) else list(stop or []), constraint=constraint),
+                              stop=[stop] if isinstance(stop, str) else list(stop or []), constraint=constraint,
+                              logit_bias=logit_bias or []),
                     R.PYTHON)
         return build_sampler(p, self.tokenizer, self.n_ctx), p
 
@@ -105,14 +106,15 @@ class CompletionAPI:
                           stop: str | list[str] | None = None, stream: bool = False, repeat_penalty: float = 1.0,
                           top_k: int = 40, seed: int | None = None, logprobs: int | None = None,
                           grammar: Any = None, mirostat_mode: int = 0, mirostat_tau: float = 5.0,
-                          mirostat_eta: float = 0.1) -> Any:
+                          mirostat_eta: float = 0.1, logit_bias: dict[int | str, float] | None = None) -> Any:
         """{"choices": [{"text", "finish_reason", ...}], "usage": {...}} or, with stream=True, an
-        iterator of chunks of the same shape. grammar: GBNF text or an edgellama.grammar.Grammar."""
+        iterator of chunks of the same shape. grammar: GBNF text or an edgellama.grammar.Grammar.
+        logit_bias: {token id: bias} added to the logits (llama-server's list form too; -inf or False: never)."""
         if suffix is not None or logprobs is not None:
             raise ValueError("suffix and logprobs are not supported")
         ids = list(prompt) if isinstance(prompt, list) else self.tokenize(prompt)
         sampler, params = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed, grammar,
-                                        max_tokens, stop, (mirostat_mode, mirostat_tau, mirostat_eta))
+                                        max_tokens, stop, (mirostat_mode, mirostat_tau, mirostat_eta), logit_bias)
         head = {"id": f"cmpl-{uuid.uuid4()}", "object": "text_completion", "created": int(time.time()),
                 "model": str(self.path)}
         usage: dict[str, int] = {}
@@ -142,7 +144,7 @@ class CompletionAPI:
                                seed: int | None = None, max_tokens: int | None = None,
                                repeat_penalty: float = 1.0, response_format: dict[str, Any] | None = None,
                                grammar: Any = None, mirostat_mode: int = 0, mirostat_tau: float = 5.0,
-                               mirostat_eta: float = 0.1) -> Any:
+                               mirostat_eta: float = 0.1, logit_bias: dict[int | str, float] | None = None) -> Any:
         """OpenAI's chat.completion shape (or chat.completion.chunk stream), the prompt rendered by
         the model's own chat template. response_format: {"type": "json_object"} (optionally with a
         "schema") or {"type": "json_schema", "json_schema": {"schema": ...}}, as llama-cpp-python."""
@@ -161,7 +163,7 @@ class CompletionAPI:
         fmt = self.chat
         ids = render_prompt(fmt, messages).encode(self.tokenizer)
         sampler, params = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed, grammar,
-                                        max_tokens, stop, (mirostat_mode, mirostat_tau, mirostat_eta))
+                                        max_tokens, stop, (mirostat_mode, mirostat_tau, mirostat_eta), logit_bias)
         head = {"id": f"chatcmpl-{uuid.uuid4()}", "created": int(time.time()), "model": str(self.path)}
         usage: dict[str, int] = {}
         pieces = self._stream_text(ids, sampler, params, params.stop + list(fmt.stop_pieces), usage)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from edgellama import params as R
 from edgellama.params import GenParams
 from edgellama.sampling import Sampler
 from edgellama.tokenizers.tokenizer import StreamDecoder, Tokenizer
@@ -104,10 +105,43 @@ class _NoEOS:
         return int(self.inner.sample(masked))
 
 
+class _LogitBias:
+    """logit_bias: added to the logits before llama.cpp's chain (its first sampler); -inf never drawn."""
+
+    def __init__(self, inner: Any, ids: npt.NDArray[np.int64], bias: npt.NDArray[np.float32]) -> None:
+        self.inner, self.ids, self.bias = inner, ids, bias
+
+    def accept(self, token: int) -> None:
+        self.inner.accept(token)
+
+    def sample(self, logits: npt.NDArray[np.float32]) -> int:
+        biased = logits.copy()
+        np.add.at(biased, self.ids, self.bias)  # a token named twice gets both biases
+        return int(self.inner.sample(biased))
+
+
+def bias_arrays(params: GenParams, tokenizer: Tokenizer) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    """The request's logit_bias as (token ids, biases): a text biases each of its tokens (llama-server's
+    rule); a token id outside the vocabulary is a ParamError naming it."""
+    ids: list[int] = []
+    vals: list[float] = []
+    for tok, bias in params.logit_bias:
+        toks = tokenizer.encode(tok, add_special=False, parse_special=False) if isinstance(tok, str) else [tok]
+        for t in toks:
+            if not 0 <= t < tokenizer.n_vocab:
+                raise R.ParamError("'logit_bias'", f"token id {t} is out of range for a vocabulary of "
+                                   f"{tokenizer.n_vocab}", "logit_bias")
+            ids.append(t)
+            vals.append(bias)
+    return np.array(ids, dtype=np.int64), np.array(vals, dtype=np.float32)
+
+
 def build_sampler(params: GenParams, tokenizer: Tokenizer, n_ctx: int) -> Any:
-    """The one place a sampler is built from request parameters: llama.cpp's chain, then ignore-eos, then
-    the grammar (outermost, so its mask sees what the chain would draw)."""
+    """The one place a sampler is built from request parameters: logit_bias, llama.cpp's chain, then
+    ignore-eos, then the grammar (outermost, so its mask sees what the chain would draw)."""
     sampler: Any = Sampler(params, n_ctx)
+    if params.logit_bias:
+        sampler = _LogitBias(sampler, *bias_arrays(params, tokenizer))
     if params.ignore_eos:
         sampler = _NoEOS(sampler, tokenizer.eot_ids)
     if params.constraint is not None:

@@ -17,6 +17,7 @@ from edgellama.gguf.limits import INT32_MAX  # the sampler's and the engine's in
 
 SEED_MAX = (1 << 64) - 1  # the sampler's generator takes any 64-bit seed
 MAX_STOPS = 16
+MAX_BIASES = 1024  # logit_bias entries (OpenAI takes 300)
 
 # the front ends, each with its own spelling of a field's name in messages
 CLI, V1, OPENAI, PYTHON = "cli", "v1", "openai", "python"
@@ -51,13 +52,15 @@ class GenParams:
     seed: int | None = None  # None or -1: a random seed
     ignore_eos: bool = False
     stop: list[str] = field(default_factory=list)
+    # (token id, or a text whose every token is biased as llama-server does, bias); -inf: never sampled
+    logit_bias: list[tuple[int | str, float]] = field(default_factory=list)
     constraint: Any = None
 
 
 @dataclass(frozen=True)
 class Field:
     name: str  # the GenParams attribute (protocol v1's and llama-server's name)
-    kind: str  # "int", "float", "bool", "seed", "stops"
+    kind: str  # "int", "float", "bool", "seed", "stops", "bias"
     names: Mapping[str, str]  # front end -> its spelling (missing: the front end does not take it)
     lo: float | None = None  # inclusive bounds
     hi: float | None = None
@@ -91,6 +94,7 @@ FIELDS: tuple[Field, ...] = (
     Field("seed", "seed", _names("-s/--seed", attr="seed"), -1, SEED_MAX, hint="-1: random"),
     Field("ignore_eos", "bool", _names("--ignore-eos", attr="ignore_eos")),
     Field("stop", "stops", _names("-r/--reverse-prompt", attr="stop")),
+    Field("logit_bias", "bias", _names("-l/--logit-bias", attr="logit_bias")),
 )
 BY_NAME = {f.name: f for f in FIELDS}
 
@@ -126,6 +130,8 @@ def _check_value(f: Field, value: Any, front: str) -> Any:
                 or not all(isinstance(s, str) and s for s in value)):
             raise ParamError(name, f"must be a string or a list of up to {MAX_STOPS} non-empty strings")
         return list(value)
+    if f.kind == "bias":
+        return _bias(name, value)
     if f.kind == "seed" and value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -153,6 +159,42 @@ def _check_value(f: Field, value: Any, front: str) -> Any:
             raise ParamError(name, f"must be in [{_fmt(f.lo)}, {_fmt(f.hi)}]{hint}")
         raise ParamError(name, f"must be {'>' if f.lo_open else '>='} {_fmt(f.lo)}{hint}")
     return value
+
+
+def _bias(name: str, value: Any) -> list[tuple[int | str, float]]:
+    """OpenAI's map {"token id": bias} or llama-server's [[token, bias], ...] (a token an id or a text, a bias
+    a number or false: never) -> (token, bias) pairs, false as -inf."""
+    shape = (f"must be a map of token ids to biases ({{\"15043\": -5}}) or a list of [token id or text, bias or "
+             f"false] pairs, up to {MAX_BIASES}")
+    if isinstance(value, Mapping):
+        items: list[Any] = [[k, v] for k, v in value.items()]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        raise ParamError(name, shape)
+    if len(items) > MAX_BIASES:
+        raise ParamError(name, shape)
+    out: list[tuple[int | str, float]] = []
+    for item in items:
+        if not isinstance(item, (list, tuple)) or len(item) != 2:
+            raise ParamError(name, shape)
+        tok, bias = item
+        if isinstance(tok, str) and tok.strip().lstrip("-").isdigit():
+            tok = int(tok)  # OpenAI's keys are token ids written as strings
+        if isinstance(tok, bool) or not (isinstance(tok, int) and 0 <= tok <= INT32_MAX or isinstance(tok, str) and tok):
+            raise ParamError(name, f"{shape}; {json_repr(tok)} is not a token id >= 0 or a text")
+        if bias is False or bias == -math.inf:
+            bias = -math.inf
+        elif isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias):
+            raise ParamError(name, f"{shape}; the bias of {json_repr(tok)} must be a finite number or false")
+        out.append((tok, float(bias)))
+    return out
+
+
+def json_repr(v: Any) -> str:
+    import json
+
+    return json.dumps(v)[:40]
 
 
 def check(params: GenParams, front: str = PYTHON) -> GenParams:
@@ -186,6 +228,7 @@ def as_dict(params: GenParams) -> dict[str, Any]:
     out = {f.name: getattr(params, f.name) for f in FIELDS}
     out["seed"] = -1 if params.seed is None else params.seed
     out["stop"] = list(params.stop)
+    out["logit_bias"] = [[t, False if b == -math.inf else b] for t, b in params.logit_bias]  # llama-server's form
     return out
 
 

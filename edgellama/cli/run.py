@@ -75,7 +75,23 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--mirostat-lr", type=float, default=0.1, help="mirostat learning rate, eta (default: %(default)s)")
     s.add_argument("--mirostat-ent", type=float, default=5.0, help="mirostat target entropy, tau (default: %(default)s)")
     s.add_argument("-s", "--seed", type=int, default=-1, help="RNG seed, -1 = random, printed (default: %(default)s)")
+    s.add_argument("-l", "--logit-bias", metavar="TOKEN_ID(+/-)BIAS", type=logit_bias, action="append", default=[],
+                   help="add BIAS to a token's logit (llama-cli's form: 15043+1, 15043-1.5, 15043-inf: never); "
+                        "repeatable")
     p.set_defaults(handler=run)
+
+
+def logit_bias(text: str) -> tuple[int, float]:
+    """llama-cli's --logit-bias TOKEN_ID(+/-)BIAS -> (token id, bias); -inf bans the token."""
+    import math
+    import re
+
+    m = re.fullmatch(r"\s*(\d+)\s*([+-])\s*(inf|[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*", text)
+    if m is None:
+        raise argparse.ArgumentTypeError(f"expected TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043+1, 15043-inf), "
+                                         f"got {text!r}")
+    value = math.inf if m.group(3) == "inf" else float(m.group(3))
+    return int(m.group(1)), -value if m.group(2) == "-" else value
 
 
 def _bundled() -> list[str]:
@@ -130,7 +146,8 @@ def _params(args: argparse.Namespace) -> Any:
                                min_p=args.min_p, repeat_penalty=args.repeat_penalty,
                                repeat_last_n=args.repeat_last_n, mirostat=args.mirostat,
                                mirostat_tau=args.mirostat_ent, mirostat_eta=args.mirostat_lr, seed=args.seed,
-                               ignore_eos=args.ignore_eos, stop=list(args.reverse_prompt)), R.CLI)
+                               ignore_eos=args.ignore_eos, stop=list(args.reverse_prompt),
+                               logit_bias=list(args.logit_bias)), R.CLI)
 
 
 # the generation's stop reasons as `run --json` has always named them

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from edgellama import params as R
 from edgellama.generation import Generation, NonFiniteLogits, build_sampler, effective_n_predict
 from edgellama.grammar.matcher import GrammarDeadEnd
 from edgellama.sequence import ContextFull, common_prefix
@@ -451,6 +452,9 @@ class Scheduler:
                                emit=self._emitter(r), model=llm.path.name, n_cached=n_cached)
         except P.ProtocolError as exc:
             self._refuse(job, slot, P.error_event(req.id, exc.code, str(exc)))
+            return None
+        except R.ParamError as exc:  # a parameter only the model can judge (a logit_bias token id)
+            self._refuse(job, slot, P.error_event(req.id, P.BAD_REQUEST, str(exc)))
             return None
         except Exception as exc:  # noqa: BLE001 - this request fails, the others go on
             log.error("request failed: %s", exc, extra={"fields": {"id": req.id, "trace": traceback.format_exc()}})

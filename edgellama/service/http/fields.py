@@ -77,7 +77,7 @@ NEUTRAL: dict[str, Any] = {"n_probs": 0, "typical_p": 1.0, "presence_penalty": 0
                            "dynatemp_range": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0, "n_keep": 0, "min_keep": 0, "t_max_predict_ms": 0,
                            "id_slot": -1, "n_cmpl": 1, "n": 1, "logprobs": False, "top_logprobs": 0,
                            "post_sampling_probs": False, "return_tokens": False, "timings_per_token": False,
-                           "return_progress": False, "logit_bias": None}
+                           "return_progress": False}
 
 
 def _neutral(obj: dict[str, Any]) -> None:
