@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgellama import params as R
 from edgellama.generation import Event, build_sampler
+from edgellama.logprobs import MAX_TOP, llama_entry, openai_chat_content, openai_completion_logprobs
 from edgellama.params import GenParams
 from edgellama.sequence import ContextFull
 from edgellama.tokenizers.chat import render_prompt
@@ -79,27 +80,33 @@ class CompletionAPI:
         return build_sampler(p, self.tokenizer, self.n_ctx), p
 
     def _stream_text(self, ids: list[int], sampler: Any, params: GenParams, stops: list[str],
-                     usage: dict[str, int]) -> Iterator[tuple[str, str | None]]:
-        """(text piece, None) while generating, then ("", finish_reason); text stops before a stop string."""
+                     usage: dict[str, int], n_probs: int = -1
+                     ) -> Iterator[tuple[str, str | None, list[dict[str, Any]]]]:
+        """(text piece, None, its tokens' logprobs) while generating, then ("", finish_reason, the rest);
+        text stops before a stop string; logprobs (llama-server's items) only with n_probs >= 0."""
         if len(ids) >= self.n_ctx:
             raise ContextFull(f"the prompt has {len(ids)} tokens, the context only {self.n_ctx}")
         room = self.n_ctx - len(ids)
         n_predict = room if params.n_predict < 0 else min(params.n_predict, room)
         n = 0
         finish = "length"
-        gen = self.generate(ids, sampler, n_predict, stops=stops)
+        pending: list[dict[str, Any]] = []
+        gen = self.generate(ids, sampler, n_predict, stops=stops, n_probs=n_probs)
         try:
             for ev in gen:
                 if ev.kind == "token":
                     n += 1
+                    if ev.probs is not None:
+                        pending.append(llama_entry(self.tokenizer, ev.probs))
                 else:
                     finish = _FINISH.get(ev.stop_reason, "stop")
                 if ev.text:
-                    yield ev.text, None
+                    yield ev.text, None, pending
+                    pending = []
         finally:
             gen.close()
         usage.update(prompt_tokens=len(ids), completion_tokens=n, total_tokens=len(ids) + n)
-        yield "", finish
+        yield "", finish, pending
 
     def create_completion(self, prompt: str | list[int], suffix: str | None = None, max_tokens: int | None = 16,
                           temperature: float = 0.8, top_p: float = 0.95, min_p: float = 0.05, echo: bool = False,
@@ -107,36 +114,48 @@ class CompletionAPI:
                           top_k: int = 40, seed: int | None = None, logprobs: int | None = None,
                           grammar: Any = None, mirostat_mode: int = 0, mirostat_tau: float = 5.0,
                           mirostat_eta: float = 0.1, logit_bias: dict[int | str, float] | None = None) -> Any:
-        """{"choices": [{"text", "finish_reason", ...}], "usage": {...}} or, with stream=True, an
+        """{"choices": [{"text", "finish_reason", "logprobs", ...}], "usage": {...}} or, with stream=True, an
         iterator of chunks of the same shape. grammar: GBNF text or an edgellama.grammar.Grammar.
-        logit_bias: {token id: bias} added to the logits (llama-server's list form too; -inf or False: never)."""
-        if suffix is not None or logprobs is not None:
-            raise ValueError("suffix and logprobs are not supported")
+        logit_bias: {token id: bias} added to the logits (llama-server's list form too; -inf or False: never).
+        logprobs: N, each generated token's log-probability and the N most likely (0..20), in llama-cpp-
+        python's shape (tokens, token_logprobs, top_logprobs, text_offset)."""
+        if suffix is not None:
+            raise ValueError("suffix is not supported")
+        if logprobs is not None and (isinstance(logprobs, bool) or not 0 <= logprobs <= MAX_TOP):
+            raise ValueError(f"logprobs must be an integer in 0..{MAX_TOP}")
+        if logprobs is not None and echo:
+            raise ValueError("logprobs with echo (the prompt's own log-probabilities) is not supported")
         ids = list(prompt) if isinstance(prompt, list) else self.tokenize(prompt)
         sampler, params = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed, grammar,
                                         max_tokens, stop, (mirostat_mode, mirostat_tau, mirostat_eta), logit_bias)
         head = {"id": f"cmpl-{uuid.uuid4()}", "object": "text_completion", "created": int(time.time()),
                 "model": str(self.path)}
         usage: dict[str, int] = {}
-        pieces = self._stream_text(ids, sampler, params, params.stop, usage)
+        pieces = self._stream_text(ids, sampler, params, params.stop, usage, -1 if logprobs is None else logprobs)
         prompt_text = (prompt if isinstance(prompt, str) else self.detokenize(ids).decode("utf-8", "replace"))
+        offset = [0]
 
-        def choice(text: str, finish: str | None) -> dict[str, Any]:
-            return {"text": text, "index": 0, "logprobs": None, "finish_reason": finish}
+        def choice(text: str, finish: str | None, entries: list[dict[str, Any]]) -> dict[str, Any]:
+            lp = None
+            if logprobs is not None:
+                lp = openai_completion_logprobs(entries, offset[0])
+                offset[0] += sum(len(e["token"]) for e in entries)
+            return {"text": text, "index": 0, "logprobs": lp, "finish_reason": finish}
 
         if stream:
             def chunks() -> Iterator[dict[str, Any]]:
                 if echo:
-                    yield dict(head, choices=[choice(prompt_text, None)])
-                for text, finish in pieces:
-                    yield dict(head, choices=[choice(text, finish)])
+                    yield dict(head, choices=[choice(prompt_text, None, [])])
+                for text, finish, entries in pieces:
+                    yield dict(head, choices=[choice(text, finish, entries)])
             return chunks()
-        out, finish = [], None
-        for text, fin in pieces:
+        out, finish, every = [], None, []
+        for text, fin, entries in pieces:
             out.append(text)
+            every += entries
             finish = fin
         body = (prompt_text if echo else "") + "".join(out)
-        return dict(head, choices=[choice(body, finish)], usage=usage)
+        return dict(head, choices=[choice(body, finish, every)], usage=usage)
 
     def create_chat_completion(self, messages: list[dict[str, Any]], temperature: float = 0.2,
                                top_p: float = 0.95, top_k: int = 40, min_p: float = 0.05,
@@ -144,10 +163,16 @@ class CompletionAPI:
                                seed: int | None = None, max_tokens: int | None = None,
                                repeat_penalty: float = 1.0, response_format: dict[str, Any] | None = None,
                                grammar: Any = None, mirostat_mode: int = 0, mirostat_tau: float = 5.0,
-                               mirostat_eta: float = 0.1, logit_bias: dict[int | str, float] | None = None) -> Any:
+                               mirostat_eta: float = 0.1, logit_bias: dict[int | str, float] | None = None,
+                               logprobs: bool | None = None, top_logprobs: int | None = None) -> Any:
         """OpenAI's chat.completion shape (or chat.completion.chunk stream), the prompt rendered by
         the model's own chat template. response_format: {"type": "json_object"} (optionally with a
-        "schema") or {"type": "json_schema", "json_schema": {"schema": ...}}, as llama-cpp-python."""
+        "schema") or {"type": "json_schema", "json_schema": {"schema": ...}}, as llama-cpp-python.
+        logprobs / top_logprobs (0..20): OpenAI's `logprobs.content`, each token's log-probability."""
+        if top_logprobs is not None and (not logprobs or isinstance(top_logprobs, bool)
+                                         or not 0 <= top_logprobs <= MAX_TOP):
+            raise ValueError(f"top_logprobs must be an integer in 0..{MAX_TOP}, with logprobs=True")
+        n_probs = (top_logprobs or 0) if logprobs else -1
         if response_format is not None and response_format.get("type", "text") != "text":
             if grammar is not None:
                 raise ValueError("give grammar or response_format, not both")
@@ -166,20 +191,26 @@ class CompletionAPI:
                                         max_tokens, stop, (mirostat_mode, mirostat_tau, mirostat_eta), logit_bias)
         head = {"id": f"chatcmpl-{uuid.uuid4()}", "created": int(time.time()), "model": str(self.path)}
         usage: dict[str, int] = {}
-        pieces = self._stream_text(ids, sampler, params, params.stop + list(fmt.stop_pieces), usage)
+        pieces = self._stream_text(ids, sampler, params, params.stop + list(fmt.stop_pieces), usage, n_probs)
+
+        def lp(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+            return {"content": openai_chat_content(entries)} if n_probs >= 0 else None
+
         if stream:
             def chunks() -> Iterator[dict[str, Any]]:
                 c = dict(head, object="chat.completion.chunk")
                 yield dict(c, choices=[{"index": 0, "delta": {"role": "assistant"}, "logprobs": None,
                                         "finish_reason": None}])
-                for text, finish in pieces:
+                for text, finish, entries in pieces:
                     delta = {"content": text} if text else {}
-                    yield dict(c, choices=[{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}])
+                    yield dict(c, choices=[{"index": 0, "delta": delta, "logprobs": lp(entries),
+                                            "finish_reason": finish}])
             return chunks()
-        out, finish = [], None
-        for text, fin in pieces:
+        out, finish, every = [], None, []
+        for text, fin, entries in pieces:
             out.append(text)
+            every += entries
             finish = fin
         msg = {"role": "assistant", "content": "".join(out)}
         return dict(head, object="chat.completion",
-                    choices=[{"index": 0, "message": msg, "logprobs": None, "finish_reason": finish}], usage=usage)
+                    choices=[{"index": 0, "message": msg, "logprobs": lp(every), "finish_reason": finish}], usage=usage)

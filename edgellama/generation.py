@@ -62,6 +62,7 @@ class Event:
     text: str = ""
     stop_reason: str = ""
     timings: Timings = field(default_factory=Timings)
+    probs: Any = None  # a token's logprobs.TokenProbs when the generation was asked for them
 
 
 class StopStrings:
@@ -166,7 +167,9 @@ class Generation:
     def __init__(self, tokenizer: Tokenizer, prompt: Sequence[int], sampler: Any, *, n_predict: int = -1,
                  stops: Iterable[str] = (), eog: Iterable[int] | None = None, keep_stop: bool = False,
                  emit: Callable[[str, int], None] | None = None, model: str = "the model",
-                 n_cached: int = 0, load_ms: float = 0.0) -> None:
+                 n_cached: int = 0, load_ms: float = 0.0, n_probs: int = -1) -> None:
+        """n_probs >= 0: each sampled token's log-probability (and the n_probs most likely tokens') is in
+        last_probs when emit is called for it (edgellama.logprobs)."""
         self.tokenizer = tokenizer
         self.sampler = sampler
         self.n_predict = n_predict
@@ -175,6 +178,8 @@ class Generation:
         self.eog = set(tokenizer.eot_ids if eog is None else eog)
         self.emit = emit
         self.model = model
+        self.n_probs = n_probs
+        self.last_probs: Any = None
         self.dec = StreamDecoder(tokenizer)
         self.held = ""  # decoded text that could still become a stop string
         self.stop_hit: str | None = None
@@ -211,6 +216,10 @@ class Generation:
             raise NonFiniteLogits(f"{self.model} computed non-finite logits ({top}): its weights are damaged "
                                   "or hold NaN/inf values")
         tok = int(self.sampler.sample(logits))
+        if self.n_probs >= 0:
+            from edgellama.logprobs import token_probs
+
+            self.last_probs = token_probs(logits, tok, self.n_probs)
         self.sampler.accept(tok)
         self.n_predicted += 1
         if self.n_predicted == 1:

@@ -343,16 +343,17 @@ class LLM(CompletionAPI, EmbeddingAPI):
     def generate(self, prompt: list[int], sampler: Any, n_predict: int = -1,
                  stop_ids: set[int] | None = None, should_stop: Callable[[], bool] | None = None,
                  on_prompt: Callable[[], None] | None = None, stops: Sequence[str] = (),
-                 keep_stop: bool = False) -> Generator[Event, None, None]:
+                 keep_stop: bool = False, n_probs: int = -1) -> Generator[Event, None, None]:
         """Yields a token event per generated token, then one done event (edgellama.generation.Generation
         decides: text is complete UTF-8 only, held back while it could begin one of stops; stop_ids are
-        the end-of-generation tokens, the tokenizer's by default). Holds the LLM (other calls raise
-        LLMBusy) from the first step until the done event has been taken or the generator is closed."""
+        the end-of-generation tokens, the tokenizer's by default). n_probs >= 0: each token event's probs
+        (edgellama.logprobs.TokenProbs, with the n_probs most likely tokens). Holds the LLM (other calls
+        raise LLMBusy) from the first step until the done event has been taken or the generator is closed."""
         with self._turn.take("generate"):
-            pieces: list[tuple[str, int]] = []
+            pieces: list[tuple[str, int, Any]] = []
             gen = Generation(self.tokenizer, prompt, sampler, n_predict=n_predict, stops=stops, eog=stop_ids,
-                             keep_stop=keep_stop, emit=lambda text, tok: pieces.append((text, tok)),
-                             model=self.path.name, load_ms=self.load_ms)
+                             keep_stop=keep_stop, model=self.path.name, load_ms=self.load_ms, n_probs=n_probs)
+            gen.emit = lambda text, tok: pieces.append((text, tok, gen.last_probs if tok >= 0 else None))
             logits = self.prefill(prompt)
             gen.timings.prompt_tokens = self.n_prompt_evaluated  # what the cache did not already hold
             gen.prompt_done()
@@ -363,8 +364,8 @@ class LLM(CompletionAPI, EmbeddingAPI):
                     gen.finish("cancelled")
                     break
                 tok = gen.step(logits)
-                for text, t in pieces:
-                    yield from self._turn.suspend(Event("token", t, text))
+                for text, t, probs in pieces:
+                    yield from self._turn.suspend(Event("token", t, text, probs=probs))
                 pieces.clear()
                 if tok is None:
                     break

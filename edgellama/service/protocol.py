@@ -56,6 +56,13 @@ class Completion(GenParams):
     lora: list[tuple[int, float]] | None = None  # (adapter id, scale); None: the server's default scales
     model: str | None = None  # a model or alias name of a server with several (serve --model NAME=FILE)
     keep_alive: float | None = None  # seconds the model stays loaded after this request (< 0: until evicted)
+    logprobs: bool = False  # each token's log-probability in its event (`probs`)
+    n_probs: int = 0  # and the n most likely tokens' (0..20; > 0 implies logprobs)
+
+    @property
+    def probs_wanted(self) -> int:
+        """The generation's n_probs: -1 when no log-probabilities are asked for."""
+        return self.n_probs if self.logprobs or self.n_probs > 0 else -1
 
 
 @dataclass(kw_only=True)
@@ -87,16 +94,17 @@ Request = Completion | Embedding | Control
 
 _NUM = (int, float)
 # protocol v1's own fields beside the request-parameter table's (edgellama.params.FIELDS)
-_FLAGS = ("stream", "cache_prompt", "special")
+_FLAGS = ("stream", "cache_prompt", "special", "logprobs")
 PARAM_FIELDS = tuple(R.names(R.V1))
 _ROUTING = ("model", "keep_alive")  # which model answers, and how long it stays loaded after
-_COMPLETION_KEYS = {"type", "id", "prompt", "messages", "grammar", "json_schema", "lora", *_FLAGS, *PARAM_FIELDS,
-                    *_ROUTING}
+_COMPLETION_KEYS = {"type", "id", "prompt", "messages", "grammar", "json_schema", "lora", "n_probs", *_FLAGS,
+                    *PARAM_FIELDS, *_ROUTING}
 MAX_LORA_ENTRIES = 64
 _CONTROL_KEYS = {"type", "id"}
 TYPES = ("completion", "embedding", "health", "metrics", "cancel")
 _EMBEDDING_KEYS = {"type", "id", "input", "embd_normalize", *_ROUTING}
 MAX_NAME = 128
+MAX_TOP_PROBS = 20  # n_probs / OpenAI's top_logprobs
 MAX_EMBED_INPUTS = 2048
 
 
@@ -234,6 +242,12 @@ def _completion(obj: dict[str, Any], req_id: str | int, spelling: Mapping[str, s
         raise ProtocolError(BAD_REQUEST, f"'{name}' {exc.detail}", req_id) from None
     if "lora" in obj:
         req.lora = parse_lora(obj["lora"], req_id)
+    if obj.get("n_probs") is not None:
+        n = obj["n_probs"]
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_TOP_PROBS:
+            name = spelling.get("n_probs", "n_probs")
+            raise ProtocolError(BAD_REQUEST, f"'{name}' must be an integer in 0..{MAX_TOP_PROBS}", req_id)
+        req.n_probs = n
     _constraint(obj, req)
     return req
 

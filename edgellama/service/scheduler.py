@@ -449,7 +449,8 @@ class Scheduler:
             stops = list(req.stop) + (list(llm.chat.stop_pieces) if req.messages is not None else [])
             r.gen = Generation(llm.tokenizer, ids, build_sampler(req, llm.tokenizer, llm.n_ctx),
                                n_predict=effective_n_predict(req.n_predict, self.cfg.max_tokens), stops=stops,
-                               emit=self._emitter(r), model=llm.path.name, n_cached=n_cached)
+                               emit=self._emitter(r), model=llm.path.name, n_cached=n_cached,
+                               n_probs=req.probs_wanted)
         except P.ProtocolError as exc:
             self._refuse(job, slot, P.error_event(req.id, exc.code, str(exc)))
             return None

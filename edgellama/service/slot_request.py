@@ -31,18 +31,28 @@ class SlotRequest:
         self.t_prompt_done = 0.0
         self.log_prompts = log_prompts
         self.gen: Generation | None = None  # set by the scheduler once the sampler is built
+        self.probs: list[dict[str, Any]] = []  # log-probabilities not yet sent (logprobs / n_probs)
 
     def send(self, text: str, token: int) -> None:
-        """Generation's callback: a token's released text as a token event (or kept for the done event)."""
+        """Generation's callback: a token's released text as a token event (or kept for the done event);
+        asked for, the token's log-probabilities go with the next event that carries text."""
         job, req = self.job, self.job.req
-        if self.gen is not None and self.gen.n_predicted == 1 and "ttft_ms" not in job.stats:
+        gen = self.gen
+        if gen is not None and gen.n_predicted == 1 and "ttft_ms" not in job.stats:
             job.stats["ttft_ms"] = round((time.monotonic() - job.t_arrival) * 1000.0, 2)
+        if token >= 0 and gen is not None and gen.last_probs is not None and gen.last_probs.id == token:
+            from edgellama.logprobs import llama_entry
+
+            self.probs.append(llama_entry(gen.tokenizer, gen.last_probs))
         if not text:
             return
         if self.log_prompts or not req.stream:
             job.output.append(text)
         if req.stream:
-            job.emit({"event": "token", "id": req.id, "text": text})
+            event: dict[str, Any] = {"event": "token", "id": req.id, "text": text}
+            if self.probs:
+                event["probs"], self.probs = self.probs, []
+            job.emit(event)
 
     def step(self, logits: npt.NDArray[np.float32]) -> int | None:
         """The slot's next logits: the token to feed, or None once the request has ended (gen.stop_reason).
@@ -84,4 +94,6 @@ class SlotRequest:
         done: dict[str, Any] = {"event": "done", "id": req.id, "stop_reason": reason, **counts}
         if not req.stream:
             done["content"] = "".join(job.output)
+        if isinstance(req, P.Completion) and req.probs_wanted >= 0:
+            done["probs"], self.probs = self.probs, []  # all of them, or (streamed) those no event carried
         return done

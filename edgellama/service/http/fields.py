@@ -73,10 +73,9 @@ SPELLING = "__spelling__"
 SAMPLING = tuple(n for n in P.PARAM_FIELDS if n not in ("n_predict", "seed", "stop")) + ("cache_prompt",)
 # llama-server fields for samplers and features this engine does not have: accepted at the value that
 # turns them off (what a client sends when it copies llama-server's defaults), refused otherwise
-NEUTRAL: dict[str, Any] = {"n_probs": 0, "typical_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+NEUTRAL: dict[str, Any] = {"typical_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
                            "dynatemp_range": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0, "n_keep": 0, "min_keep": 0, "t_max_predict_ms": 0,
-                           "id_slot": -1, "n_cmpl": 1, "n": 1, "logprobs": False, "top_logprobs": 0,
-                           "post_sampling_probs": False, "return_tokens": False, "timings_per_token": False,
+                           "id_slot": -1, "n_cmpl": 1, "n": 1, "post_sampling_probs": False, "return_tokens": False, "timings_per_token": False,
                            "return_progress": False}
 
 
@@ -156,7 +155,7 @@ def llama_completion(obj: dict[str, Any], req_id: str) -> dict[str, Any]:
                              "supported here)" if prompt is not None else "field 'prompt' is required")
     # llama-server parses special tokens in prompts; its stream default is false (protocol v1's is true)
     v1: dict[str, Any] = {"id": req_id, "prompt": prompt, "special": True, "stream": False}
-    for name in (*SAMPLING, "n_predict", "stop", "stream"):
+    for name in (*SAMPLING, "n_predict", "stop", "stream", "n_probs"):
         if name in obj and obj[name] is not None:
             v1[name] = obj[name]
     _seed(obj, v1)
@@ -186,6 +185,26 @@ def _openai_common(obj: dict[str, Any], v1: dict[str, Any]) -> None:
     v1.update(grammar_fields(obj))
 
 
+def _logprobs(obj: dict[str, Any], v1: dict[str, Any], chat: bool) -> None:
+    """OpenAI's logprobs: chat's `logprobs: true` with `top_logprobs: N`; completions' `logprobs: N`."""
+    lp, top = obj.get("logprobs"), obj.get("top_logprobs")
+    if chat:
+        if lp is not None and not isinstance(lp, bool):
+            raise HttpError(400, "field 'logprobs' must be true or false")
+        if top is not None:
+            if not lp:
+                raise HttpError(400, "field 'top_logprobs' needs 'logprobs': true")
+            v1["n_probs"] = top
+            v1.setdefault(SPELLING, {})["n_probs"] = "top_logprobs"
+        v1["logprobs"] = bool(lp)
+    elif lp is not None:
+        if isinstance(lp, bool):
+            v1["logprobs"] = lp
+        else:
+            v1["logprobs"], v1["n_probs"] = True, lp
+            v1.setdefault(SPELLING, {})["n_probs"] = "logprobs"
+
+
 def openai_completion(obj: dict[str, Any], req_id: str) -> dict[str, Any]:
     """POST /v1/completions -> protocol v1 (prompt as a string)."""
     prompt = obj.get("prompt")
@@ -196,6 +215,7 @@ def openai_completion(obj: dict[str, Any], req_id: str) -> dict[str, Any]:
                              "supported here)" if prompt is not None else "field 'prompt' is required")
     v1: dict[str, Any] = {"id": req_id, "prompt": prompt, "special": True, "stream": False}
     _openai_common(obj, v1)
+    _logprobs(obj, v1, chat=False)
     return v1
 
 
@@ -230,6 +250,7 @@ def openai_chat(obj: dict[str, Any], req_id: str) -> dict[str, Any]:
         raise HttpError(400, "tools are not supported by this server")
     v1: dict[str, Any] = {"id": req_id, "messages": chat_messages(obj.get("messages")), "stream": False}
     _openai_common(obj, v1)
+    _logprobs(obj, v1, chat=True)
     return v1
 
 

@@ -107,6 +107,8 @@ def completion_result(conn: HttpConnection, req: P.Completion, done: dict[str, A
         "tokens_cached": done.get("tokens_cached", 0), "generation_settings": default_params(conn, req),
         "prompt": req.prompt, "has_new_line": "\n" in text, "truncated": done.get("stop_reason") == "context",
         "stop_type": F.STOP_TYPE.get(done["stop_reason"], "none"), "timings": F.llama_timings(done)}
+    if req.probs_wanted >= 0:
+        out["completion_probabilities"] = done.get("probs", [])
     if done["stop_reason"] == "stop" and len(req.stop) == 1:  # the event does not say which of several hit
         out["stopping_word"] = req.stop[0]
     elif done["stop_reason"] != "stop":
@@ -123,8 +125,10 @@ async def completion(conn: HttpConnection, req: h11.Request, body: bytes) -> Non
         if ev["event"] == "token":
             if not conn.response_started:
                 conn.start_stream()
-            conn.write(sse({"index": 0, "content": ev["text"], "stop": False, "id_slot": 0,
-                            "tokens_predicted": len(text) + 1}))
+            chunk = {"index": 0, "content": ev["text"], "stop": False, "id_slot": 0, "tokens_predicted": len(text) + 1}
+            if creq.probs_wanted >= 0:
+                chunk["completion_probabilities"] = ev.get("probs", [])
+            conn.write(sse(chunk))
             text.append(ev["text"])
         elif ev["event"] == "done":
             if creq.stream:

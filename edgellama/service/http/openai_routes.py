@@ -10,6 +10,7 @@ from typing import Any
 
 import h11
 
+from edgellama.logprobs import openai_chat_content, openai_completion_logprobs
 from edgellama.service import protocol as P
 from edgellama.service.http import fields as F
 from edgellama.service.http.connection import HttpConnection
@@ -34,13 +35,27 @@ async def _serve(conn: HttpConnection, obj: dict[str, Any], creq: P.Completion, 
     base = {"id": rid, "created": int(time.time()), "model": choose(conn, creq),
             "object": "chat.completion.chunk" if chat else "text_completion", "system_fingerprint": "edgellama"}
 
-    def chunk(piece: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+    wants = creq.probs_wanted >= 0
+    offset = [0]  # completions' text_offset runs on across chunks
+
+    def logprobs(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+        if not wants:
+            return None
+        if chat:
+            return {"content": openai_chat_content(entries)}
+        out = openai_completion_logprobs(entries, offset[0])
+        offset[0] += sum(len(e["token"]) for e in entries)
+        return out
+
+    def chunk(piece: str | None, finish: str | None, role: bool = False,
+              entries: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        lp = logprobs(entries or []) if entries is not None else None
         if chat:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else (
                 {"content": piece} if piece is not None else {})
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
         else:
-            choice = {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": finish}
+            choice = {"index": 0, "text": piece or "", "logprobs": lp, "finish_reason": finish}
         return base | {"choices": [choice]}
 
     def begin() -> None:
@@ -52,19 +67,20 @@ async def _serve(conn: HttpConnection, obj: dict[str, Any], creq: P.Completion, 
     async for ev in conn.events(creq):
         if ev["event"] == "token":
             begin()
-            conn.write(sse(chunk(ev["text"], None)))
+            conn.write(sse(chunk(ev["text"], None, entries=ev.get("probs", []))))
         elif ev["event"] == "done":
             finish = F.FINISH_REASON.get(ev["stop_reason"], "stop")
             if creq.stream:
                 begin()
-                conn.write(sse(chunk(None, finish) | {"timings": F.llama_timings(ev)}))
+                conn.write(sse(chunk(None, finish, entries=ev.get("probs") if ev.get("probs") else None)
+                               | {"timings": F.llama_timings(ev)}))
                 if include_usage:
                     conn.write(sse(base | {"choices": [], "usage": F.usage(ev)}))
                 conn.write(DONE)
                 conn.end_stream()
                 return
             text = ev.get("content", "")
-            choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish}
+            choice: dict[str, Any] = {"index": 0, "logprobs": logprobs(ev.get("probs", [])), "finish_reason": finish}
             if chat:
                 choice["message"] = {"role": "assistant", "content": text}
             else:

@@ -1,0 +1,75 @@
+"""Token log-probabilities as llama-server reports them (`n_probs`, OpenAI's `logprobs`): the log-softmax of
+the model's logits at the step a token was drawn (before the sampling chain: logit_bias, penalties, top-k,
+temperature leave it unchanged), the drawn token's and the `n` most likely ones'. And their shapes:
+llama-server's `completion_probabilities`, OpenAI's chat and completions `logprobs`, llama-cpp-python's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+MAX_TOP = 20  # OpenAI's top_logprobs bound
+
+
+class Pieces(Protocol):
+    def token_bytes(self, tid: int) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class TokenProbs:
+    id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]  # the n most likely tokens, most likely first
+
+
+def token_probs(logits: npt.NDArray[np.float32], token: int, n: int) -> TokenProbs:
+    """log-softmax of logits (in float64) at token, and the n most likely tokens (ties: the lower id first)."""
+    x = np.asarray(logits, dtype=np.float64)
+    m = float(x.max())
+    lse = m + float(np.log(np.exp(x - m).sum()))
+    top: tuple[tuple[int, float], ...] = ()
+    if n > 0:
+        k = min(n, x.size)
+        idx = np.argpartition(-x, k - 1)[:k]
+        idx = idx[np.lexsort((idx, -x[idx]))]
+        top = tuple((int(i), float(x[i]) - lse) for i in idx)
+    return TokenProbs(int(token), float(x[token]) - lse, top)
+
+
+def piece(tok: Pieces, tid: int) -> tuple[str, list[int]]:
+    """A token's text (its bytes as UTF-8, a partial character replaced) and its bytes."""
+    b = tok.token_bytes(tid)
+    return b.decode("utf-8", "replace"), list(b)
+
+
+def llama_entry(tok: Pieces, p: TokenProbs) -> dict[str, Any]:
+    """One item of llama-server's `completion_probabilities` (also protocol v1's `probs`)."""
+    text, raw = piece(tok, p.id)
+    top = []
+    for tid, lp in p.top:
+        t, b = piece(tok, tid)
+        top.append({"id": tid, "token": t, "bytes": b, "logprob": lp})
+    return {"id": p.id, "token": text, "bytes": raw, "logprob": p.logprob, "top_logprobs": top}
+
+
+def openai_chat_content(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """llama-server's items -> OpenAI chat's `logprobs.content` items."""
+    return [{"token": e["token"], "logprob": e["logprob"], "bytes": e["bytes"],
+             "top_logprobs": [{"token": t["token"], "logprob": t["logprob"], "bytes": t["bytes"]}
+                              for t in e["top_logprobs"]]} for e in entries]
+
+
+def openai_completion_logprobs(entries: list[dict[str, Any]], offset0: int = 0) -> dict[str, Any]:
+    """llama-server's items -> OpenAI completions' (and llama-cpp-python's) `logprobs`: tokens,
+    token_logprobs, top_logprobs ({token: logprob}), text_offset (each token's start in the text)."""
+    offsets, at = [], offset0
+    for e in entries:
+        offsets.append(at)
+        at += len(e["token"])
+    return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
+            "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+            "text_offset": offsets}
