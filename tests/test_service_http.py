@@ -197,8 +197,10 @@ def test_llama_server_field_names(server: ServerProc) -> None:
 @pytest.mark.parametrize(("body", "status", "words"), [
     ({"prompt": PROMPT, "mirostat": 1}, 400, "'mirostat' must be one of 0, 2"),  # v2 is served (below)
     ({"prompt": "", "n_predict": 2}, 400, "field 'prompt' must not be empty"),
-    ({"prompt": PROMPT, "n_probs": 3}, 400, "'n_probs' is not supported"),
-    ({"prompt": [1, 2, 3]}, 400, "token arrays"),
+    ({"prompt": PROMPT, "n_probs": 21}, 400, "'n_probs' must be an integer in 0..20"),
+    ({"prompt": PROMPT, "post_sampling_probs": True}, 400, "'post_sampling_probs' is not supported"),
+    ({"prompt": [1, -2, 3]}, 400, "token ids (>= 0)"),
+    ({"prompt": [[1, 2], []]}, 400, "field 'prompt' must not be empty"),
     ({"prompt": PROMPT, "top_p": 3}, 400, "top_p"),  # protocol v1's range check, its words
     ({"prompt": PROMPT, "grammar": "root ::= \"yes"}, 400, "line 1, column 14: unterminated string"),
     ({"prompt": PROMPT, "json_schema": {"type": "integer", "minimum": 1}}, 400, "'minimum' is not supported"),

@@ -211,6 +211,10 @@ class Service(Protocol):
         model), if refused."""
         ...
 
+    def cancel(self, conn: Client, req_id: str | int) -> None:
+        """Cancels conn's request req_id if it is in flight (protocol v1's cancel); else nothing."""
+        ...
+
     def connection_opened(self, conn: Client) -> None: ...
 
     def connection_gone(self, conn: Client) -> None:

@@ -46,7 +46,7 @@ class Completion(GenParams):
     fields (edgellama.params.GenParams: llama.cpp's sampling names, `stop`, the parsed `constraint`)."""
 
     id: str | int
-    prompt: str | None = None
+    prompt: str | list[int | str] | None = None  # a list: token ids, strings among them tokenized in place
     messages: list[dict[str, str]] | None = None
     stream: bool = True
     cache_prompt: bool = True
@@ -105,6 +105,7 @@ TYPES = ("completion", "embedding", "health", "metrics", "cancel")
 _EMBEDDING_KEYS = {"type", "id", "input", "embd_normalize", *_ROUTING}
 MAX_NAME = 128
 MAX_TOP_PROBS = 20  # n_probs / OpenAI's top_logprobs
+MAX_PROMPT_ITEMS = 1 << 20  # a token-list prompt's items (the context refuses what does not fit)
 MAX_EMBED_INPUTS = 2048
 
 
@@ -216,9 +217,14 @@ def _completion(obj: dict[str, Any], req_id: str | int, spelling: Mapping[str, s
     if (prompt is None) == (messages is None):
         raise ProtocolError(BAD_REQUEST, "give exactly one of 'prompt' or 'messages'", req_id)
     if prompt is not None:
-        _check_type("prompt", prompt, (str,), "a string", req_id)
+        _check_type("prompt", prompt, (str, list), "a string, or a list of token ids (and strings)", req_id)
         if not prompt:
             raise ProtocolError(BAD_REQUEST, "field 'prompt' must not be empty", req_id)
+        if isinstance(prompt, list) and (len(prompt) > MAX_PROMPT_ITEMS or not all(
+                isinstance(t, str) or isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= 2**31 - 1
+                for t in prompt)):
+            raise ProtocolError(BAD_REQUEST, "field 'prompt' as a list holds token ids (>= 0) and strings, up to "
+                                f"{MAX_PROMPT_ITEMS} of them", req_id)
         req.prompt = prompt
     else:
         if not isinstance(messages, list) or not messages:

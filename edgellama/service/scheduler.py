@@ -13,6 +13,7 @@ event and frees its slot; the engine thread and the other requests go on.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -528,8 +529,20 @@ class Scheduler:
             chat = render_chat(llm, req.messages, self.cfg.system_prompt)
             job.prompt_text = chat.text
             return chat.encode(llm.tokenizer)
+        if isinstance(req.prompt, list):  # llama-server's token prompt: ids as given, strings tokenized in place
+            job.prompt_text = json.dumps(req.prompt)[:2000]
+            ids = []
+            for i, part in enumerate(req.prompt):
+                if isinstance(part, str):
+                    ids += llm.tokenizer.encode(part, add_special=i == 0, parse_special=req.special)
+                elif not 0 <= part < llm.n_vocab:
+                    raise P.ProtocolError(P.BAD_REQUEST, f"prompt: token id {part} is out of range for a vocabulary "
+                                          f"of {llm.n_vocab}", req.id)
+                else:
+                    ids.append(part)
+            return ids
         job.prompt_text = req.prompt or ""
-        ids: list[int] = llm.tokenizer.encode(job.prompt_text, add_special=True, parse_special=req.special)
+        ids = llm.tokenizer.encode(job.prompt_text, add_special=True, parse_special=req.special)
         return ids
 
     def _stalled_by_test(self) -> None:

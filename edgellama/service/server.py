@@ -244,11 +244,14 @@ class Server:
             conn.send({"event": "metrics", "id": req.id, "text": self.metrics_text()})
         else:  # cancel
             assert req.id is not None
-            job = conn.inflight.get(req.id)
-            if job is None:
+            if req.id not in conn.inflight:
                 conn.send(P.error_event(req.id, P.NOT_FOUND, f"no request {req.id!r} in flight on this connection"))
-            elif job.scheduler is not None:
-                job.scheduler.cancel(job, "cancelled")
+            self.cancel(conn, req.id)
+
+    def cancel(self, conn: Client, req_id: str | int) -> None:
+        job = conn.inflight.get(req_id)
+        if job is not None and job.scheduler is not None:
+            job.scheduler.cancel(job, "cancelled")
 
     def metrics_text(self) -> str:
         per_model = []

@@ -75,7 +75,7 @@ SAMPLING = tuple(n for n in P.PARAM_FIELDS if n not in ("n_predict", "seed", "st
 # turns them off (what a client sends when it copies llama-server's defaults), refused otherwise
 NEUTRAL: dict[str, Any] = {"typical_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
                            "dynatemp_range": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0, "n_keep": 0, "min_keep": 0, "t_max_predict_ms": 0,
-                           "id_slot": -1, "n_cmpl": 1, "n": 1, "post_sampling_probs": False, "return_tokens": False, "timings_per_token": False,
+                           "id_slot": -1, "n_cmpl": 1, "post_sampling_probs": False, "return_tokens": False, "timings_per_token": False,
                            "return_progress": False}
 
 
@@ -146,13 +146,58 @@ def _seed(obj: dict[str, Any], v1: dict[str, Any]) -> None:
         v1["seed"] = seed
 
 
-def llama_completion(obj: dict[str, Any], req_id: str) -> dict[str, Any]:
-    """POST /completion's body (llama-server names) -> a protocol v1 completion request object."""
+MAX_PROMPTS = 64  # prompts in one request (each a protocol v1 request of its own)
+MAX_N = 16  # OpenAI's n: choices of one prompt
+
+
+def prompts(value: Any) -> list[Any]:
+    """llama-server's `prompt` forms (its tokenize_input_prompts): a string, a token list, or a mixed list of
+    ids and strings are one prompt; a list of strings or of such lists is several."""
+    if value is None:
+        raise HttpError(400, "field 'prompt' is required")
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not value:
+        raise HttpError(400, "field 'prompt' must be a string, a list of token ids (mixed with strings), or a list "
+                             "of those")
+    if all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in value) and any(
+            isinstance(x, int) and not isinstance(x, bool) for x in value):
+        return [value]  # one prompt of ids (and strings)
+    if len(value) > MAX_PROMPTS:
+        raise HttpError(400, f"field 'prompt': {len(value)} prompts, at most {MAX_PROMPTS} per request")
+    return list(value)
+
+
+def n_choices(obj: dict[str, Any], name: str = "n") -> int:
+    n = obj.get(name, 1)
+    if n is None:
+        return 1
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
+        raise HttpError(400, f"field {name!r} must be an integer in 1..{MAX_N}")
+    return n
+
+
+def copies(v1: dict[str, Any], n: int, next_id: Any) -> list[dict[str, Any]]:
+    """n protocol v1 requests of one mapped request (OpenAI's n): each its own id; a given seed becomes
+    seed + i for choice i, so seeded choices differ and repeat."""
+    out = []
+    for i in range(n):
+        c = dict(v1, id=next_id() if i else v1["id"])
+        if i and isinstance(c.get("seed"), int) and not isinstance(c.get("seed"), bool) and c["seed"] >= 0:
+            c["seed"] = (c["seed"] + i) % (1 << 64)
+        out.append(c)
+    return out
+
+
+def llama_completion(obj: dict[str, Any], req_id: str, prompt: Any = None) -> dict[str, Any]:
+    """POST /completion's body (llama-server names) -> a protocol v1 completion request object for one of
+    its prompts (prompt: one item of prompts(); None: the body's own, which must be one)."""
     _neutral(obj)
-    prompt = obj.get("prompt")
-    if not isinstance(prompt, str):
-        raise HttpError(400, "field 'prompt' must be a string (token arrays and several prompts are not "
-                             "supported here)" if prompt is not None else "field 'prompt' is required")
+    if prompt is None:
+        found = prompts(obj.get("prompt"))
+        if len(found) != 1:
+            raise HttpError(400, "field 'prompt' holds several prompts here; give one")
+        prompt = found[0]
     # llama-server parses special tokens in prompts; its stream default is false (protocol v1's is true)
     v1: dict[str, Any] = {"id": req_id, "prompt": prompt, "special": True, "stream": False}
     for name in (*SAMPLING, "n_predict", "stop", "stream", "n_probs"):
@@ -205,14 +250,8 @@ def _logprobs(obj: dict[str, Any], v1: dict[str, Any], chat: bool) -> None:
             v1.setdefault(SPELLING, {})["n_probs"] = "logprobs"
 
 
-def openai_completion(obj: dict[str, Any], req_id: str) -> dict[str, Any]:
-    """POST /v1/completions -> protocol v1 (prompt as a string)."""
-    prompt = obj.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise HttpError(400, "field 'prompt' must be a string (token arrays and several prompts are not "
-                             "supported here)" if prompt is not None else "field 'prompt' is required")
+def openai_completion(obj: dict[str, Any], req_id: str, prompt: Any) -> dict[str, Any]:
+    """POST /v1/completions -> protocol v1, for one of its prompts (an item of prompts())."""
     v1: dict[str, Any] = {"id": req_id, "prompt": prompt, "special": True, "stream": False}
     _openai_common(obj, v1)
     _logprobs(obj, v1, chat=False)
@@ -293,6 +332,16 @@ def llama_timings(done: dict[str, Any]) -> dict[str, Any]:
             "predicted_n": pred_n, "predicted_ms": pred_ms,
             "predicted_per_token_ms": pred_ms / pred_n if pred_n else 0.0,
             "predicted_per_second": 1000.0 * pred_n / pred_ms if pred_ms else 0.0}
+
+
+def usage_of(dones: list[dict[str, Any]]) -> dict[str, Any]:
+    """OpenAI's usage of several choices: the prompt counted once per prompt, the completions summed."""
+    parts = [usage(d) for d in dones]
+    prompt = sum(p["prompt_tokens"] for p in parts)
+    completion = sum(p["completion_tokens"] for p in parts)
+    cached = sum(p["prompt_tokens_details"]["cached_tokens"] for p in parts)
+    return {"completion_tokens": completion, "prompt_tokens": prompt, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}
 
 
 def usage(done: dict[str, Any]) -> dict[str, Any]:

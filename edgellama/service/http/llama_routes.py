@@ -13,6 +13,7 @@ import h11
 from edgellama import params
 from edgellama.service import protocol as P
 from edgellama.service.api import ModelView, NotReady, Tokenizer
+from edgellama.service.http import fanout
 from edgellama.service.http import fields as F
 from edgellama.service.http.connection import HttpConnection
 from edgellama.service.http.model_choice import body_model, choose, loaded, model, query_model
@@ -117,27 +118,39 @@ def completion_result(conn: HttpConnection, req: P.Completion, done: dict[str, A
 
 
 async def completion(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
+    """POST /completion: one prompt answers one result; several (a list of prompts) an array of results,
+    streamed as their chunks come, each with its `index`."""
     obj = F.json_body(body)
-    creq = F.parse_v1(F.llama_completion(obj, conn.next_id()))
-    choose(conn, creq)
-    text: list[str] = []
-    async for ev in conn.events(creq):
+    creqs = [F.parse_v1(F.llama_completion(obj, conn.next_id(), p)) for p in F.prompts(obj.get("prompt"))]
+    model = choose(conn, creqs[0])
+    for c in creqs[1:]:
+        c.model = model
+    texts: list[list[str]] = [[] for _ in creqs]
+    results: dict[int, dict[str, Any]] = {}
+    async for i, ev in fanout.merged(conn, creqs):
+        creq = creqs[i]
         if ev["event"] == "token":
             if not conn.response_started:
                 conn.start_stream()
-            chunk = {"index": 0, "content": ev["text"], "stop": False, "id_slot": 0, "tokens_predicted": len(text) + 1}
+            texts[i].append(ev["text"])
+            chunk = {"index": i, "content": ev["text"], "stop": False, "id_slot": 0, "tokens_predicted": len(texts[i])}
             if creq.probs_wanted >= 0:
                 chunk["completion_probabilities"] = ev.get("probs", [])
             conn.write(sse(chunk))
-            text.append(ev["text"])
         elif ev["event"] == "done":
             if creq.stream:
                 if not conn.response_started:
                     conn.start_stream()
-                conn.write(sse(completion_result(conn, creq, ev, "", "".join(text))))
-                conn.end_stream()
+                conn.write(sse(completion_result(conn, creq, ev, "", "".join(texts[i])) | {"index": i}))
             else:
-                conn.respond_json(200, completion_result(conn, creq, ev, ev.get("content", ""), ev.get("content", "")))
+                results[i] = completion_result(conn, creq, ev, ev.get("content", ""), ev.get("content", "")) | {
+                    "index": i}
+    if creqs[0].stream:
+        conn.end_stream()
+    elif len(creqs) == 1:
+        conn.respond_json(200, results[0])
+    else:
+        conn.respond_json(200, [results[i] for i in sorted(results)])
 
 
 async def tokenize(conn: HttpConnection, req: h11.Request, body: bytes) -> None:

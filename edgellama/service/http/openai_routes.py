@@ -12,6 +12,7 @@ import h11
 
 from edgellama.logprobs import openai_chat_content, openai_completion_logprobs
 from edgellama.service import protocol as P
+from edgellama.service.http import fanout
 from edgellama.service.http import fields as F
 from edgellama.service.http.connection import HttpConnection
 from edgellama.service.http.llama_routes import sse
@@ -29,74 +30,97 @@ def _stream_options(obj: dict[str, Any]) -> bool:
     return bool(so.get("include_usage", False))
 
 
-async def _serve(conn: HttpConnection, obj: dict[str, Any], creq: P.Completion, chat: bool) -> None:
+def _requests(conn: HttpConnection, v1s: list[dict[str, Any]]) -> list[P.Completion]:
+    """The mapped requests checked by protocol v1; one model answers them all (an alias picks it once)."""
+    creqs = [F.parse_v1(v) for v in v1s]
+    model = choose(conn, creqs[0])
+    for c in creqs[1:]:
+        c.model = model
+    return creqs
+
+
+async def _serve(conn: HttpConnection, obj: dict[str, Any], creqs: list[P.Completion], chat: bool) -> None:
+    """The choices of creqs (one per prompt and per n), streamed as they come or answered at once."""
     include_usage = _stream_options(obj)
     rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_urlsafe(16)
-    base = {"id": rid, "created": int(time.time()), "model": choose(conn, creq),
+    base = {"id": rid, "created": int(time.time()), "model": creqs[0].model,
             "object": "chat.completion.chunk" if chat else "text_completion", "system_fingerprint": "edgellama"}
+    wants = creqs[0].probs_wanted >= 0
+    offsets = [0] * len(creqs)  # completions' text_offset runs on across a choice's chunks
 
-    wants = creq.probs_wanted >= 0
-    offset = [0]  # completions' text_offset runs on across chunks
-
-    def logprobs(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def logprobs(i: int, entries: list[dict[str, Any]]) -> dict[str, Any] | None:
         if not wants:
             return None
         if chat:
             return {"content": openai_chat_content(entries)}
-        out = openai_completion_logprobs(entries, offset[0])
-        offset[0] += sum(len(e["token"]) for e in entries)
+        out = openai_completion_logprobs(entries, offsets[i])
+        offsets[i] += sum(len(e["token"]) for e in entries)
         return out
 
-    def chunk(piece: str | None, finish: str | None, role: bool = False,
+    def chunk(i: int, piece: str | None, finish: str | None, role: bool = False,
               entries: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        lp = logprobs(entries or []) if entries is not None else None
+        lp = logprobs(i, entries) if entries is not None else None
         if chat:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else (
                 {"content": piece} if piece is not None else {})
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
+            choice: dict[str, Any] = {"index": i, "delta": delta, "logprobs": lp, "finish_reason": finish}
         else:
-            choice = {"index": 0, "text": piece or "", "logprobs": lp, "finish_reason": finish}
+            choice = {"index": i, "text": piece or "", "logprobs": lp, "finish_reason": finish}
         return base | {"choices": [choice]}
 
-    def begin() -> None:
+    begun: set[int] = set()
+
+    def begin(i: int) -> None:
         if not conn.response_started:
             conn.start_stream()
-            if chat:
-                conn.write(sse(chunk(None, None, role=True)))
+        if chat and i not in begun:
+            conn.write(sse(chunk(i, None, None, role=True)))
+        begun.add(i)
 
-    async for ev in conn.events(creq):
+    dones: dict[int, dict[str, Any]] = {}
+    async for i, ev in fanout.merged(conn, creqs):
         if ev["event"] == "token":
-            begin()
-            conn.write(sse(chunk(ev["text"], None, entries=ev.get("probs", []))))
+            begin(i)
+            conn.write(sse(chunk(i, ev["text"], None, entries=ev.get("probs", []))))
         elif ev["event"] == "done":
-            finish = F.FINISH_REASON.get(ev["stop_reason"], "stop")
-            if creq.stream:
-                begin()
-                conn.write(sse(chunk(None, finish, entries=ev.get("probs") if ev.get("probs") else None)
-                               | {"timings": F.llama_timings(ev)}))
-                if include_usage:
-                    conn.write(sse(base | {"choices": [], "usage": F.usage(ev)}))
-                conn.write(DONE)
-                conn.end_stream()
-                return
-            text = ev.get("content", "")
-            choice: dict[str, Any] = {"index": 0, "logprobs": logprobs(ev.get("probs", [])), "finish_reason": finish}
-            if chat:
-                choice["message"] = {"role": "assistant", "content": text}
-            else:
-                choice["text"] = text
-            conn.respond_json(200, base | {"object": "chat.completion" if chat else "text_completion",
-                                           "choices": [choice], "usage": F.usage(ev),
-                                           "timings": F.llama_timings(ev)})
+            dones[i] = ev
+            if creqs[i].stream:
+                begin(i)
+                conn.write(sse(chunk(i, None, F.FINISH_REASON.get(ev["stop_reason"], "stop"),
+                                     entries=ev.get("probs") or None) | {"timings": F.llama_timings(ev)}))
+    usage = F.usage_of([dones[i] for i in sorted(dones)])
+    if creqs[0].stream:
+        if include_usage:
+            conn.write(sse(base | {"choices": [], "usage": usage}))
+        conn.write(DONE)
+        conn.end_stream()
+        return
+    choices = []
+    for i in sorted(dones):
+        ev = dones[i]
+        text = ev.get("content", "")
+        choice: dict[str, Any] = {"index": i, "logprobs": logprobs(i, ev.get("probs", [])),
+                                  "finish_reason": F.FINISH_REASON.get(ev["stop_reason"], "stop")}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        choices.append(choice)
+    conn.respond_json(200, base | {"object": "chat.completion" if chat else "text_completion", "choices": choices,
+                                   "usage": usage, "timings": F.llama_timings(dones[0])})
 
 
 async def completions(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
+    """POST /v1/completions: each prompt (a string, token ids, or a list of either) n times, choices in order."""
     obj = F.json_body(body)
-    creq = F.parse_v1(F.openai_completion(obj, conn.next_id()))
-    await _serve(conn, obj, creq, chat=False)
+    n = F.n_choices(obj)
+    v1s: list[dict[str, Any]] = []
+    for prompt in F.prompts(obj.get("prompt")):
+        v1s += F.copies(F.openai_completion(obj, conn.next_id(), prompt), n, conn.next_id)
+    await _serve(conn, obj, _requests(conn, v1s), chat=False)
 
 
 async def chat_completions(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
     obj = F.json_body(body)
-    creq = F.parse_v1(F.openai_chat(obj, conn.next_id()))
-    await _serve(conn, obj, creq, chat=True)
+    v1s = F.copies(F.openai_chat(obj, conn.next_id()), F.n_choices(obj), conn.next_id)
+    await _serve(conn, obj, _requests(conn, v1s), chat=True)
