@@ -164,11 +164,29 @@ class CompletionAPI:
                                repeat_penalty: float = 1.0, response_format: dict[str, Any] | None = None,
                                grammar: Any = None, mirostat_mode: int = 0, mirostat_tau: float = 5.0,
                                mirostat_eta: float = 0.1, logit_bias: dict[int | str, float] | None = None,
-                               logprobs: bool | None = None, top_logprobs: int | None = None) -> Any:
+                               logprobs: bool | None = None, top_logprobs: int | None = None,
+                               tools: list[dict[str, Any]] | None = None, tool_choice: Any = None,
+                               parallel_tool_calls: bool | None = None) -> Any:
         """OpenAI's chat.completion shape (or chat.completion.chunk stream), the prompt rendered by
         the model's own chat template. response_format: {"type": "json_object"} (optionally with a
         "schema") or {"type": "json_schema", "json_schema": {"schema": ...}}, as llama-cpp-python.
-        logprobs / top_logprobs (0..20): OpenAI's `logprobs.content`, each token's log-probability."""
+        logprobs / top_logprobs (0..20): OpenAI's `logprobs.content`, each token's log-probability.
+        tools / tool_choice (auto, none, required, {"type": "function", "function": {"name": ...}}) /
+        parallel_tool_calls: OpenAI's; the reply's calls in message.tool_calls with finish_reason
+        "tool_calls"; required or a named function constrain the reply to a call that parses (edgellama.
+        tool_calls). A streamed reply with tools is generated whole, then sent as chunks."""
+        from edgellama.tool_calls import call_format, call_grammar, check_choice, check_tools, parse_reply
+
+        tool_list = check_tools(tools) if tools else []
+        choice = check_choice(tool_choice, tool_list)
+        if choice not in ("auto", "none"):
+            if grammar is not None or response_format is not None:
+                raise ValueError("tool_choice required (or a named function) constrains the reply: give no grammar "
+                                 "or response_format with it")
+            grammar = call_grammar(call_format(getattr(self.chat, "source", "")), tool_list,
+                                   None if choice == "required" else choice, bool(parallel_tool_calls))
+        if choice == "none":
+            tool_list = []
         if top_logprobs is not None and (not logprobs or isinstance(top_logprobs, bool)
                                          or not 0 <= top_logprobs <= MAX_TOP):
             raise ValueError(f"top_logprobs must be an integer in 0..{MAX_TOP}, with logprobs=True")
@@ -186,7 +204,7 @@ class CompletionAPI:
                 raise ValueError(f"response_format {response_format!r}: type json_object, or json_schema with a schema")
             grammar = grammar_from_schema(schema if schema is not None else {"type": "object"})
         fmt = self.chat
-        ids = render_prompt(fmt, messages).encode(self.tokenizer)
+        ids = render_prompt(fmt, messages, tools=tool_list or None).encode(self.tokenizer)
         sampler, params = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed, grammar,
                                         max_tokens, stop, (mirostat_mode, mirostat_tau, mirostat_eta), logit_bias)
         head = {"id": f"chatcmpl-{uuid.uuid4()}", "created": int(time.time()), "model": str(self.path)}
@@ -196,6 +214,13 @@ class CompletionAPI:
         def lp(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
             return {"content": openai_chat_content(entries)} if n_probs >= 0 else None
 
+        if tool_list:  # the reply is parsed whole: its calls are known only at its end
+            reply = self._chat_reply(pieces, call_format(getattr(fmt, "source", "")), tool_list, parse_reply)
+            if not stream:
+                answer = {"index": 0, "message": reply["message"], "logprobs": lp(reply["entries"]),
+                          "finish_reason": reply["finish_reason"]}
+                return dict(head, object="chat.completion", choices=[answer], usage=usage)
+            return iter(self._chat_chunks(dict(head, object="chat.completion.chunk"), reply, lp))
         if stream:
             def chunks() -> Iterator[dict[str, Any]]:
                 c = dict(head, object="chat.completion.chunk")
@@ -214,3 +239,35 @@ class CompletionAPI:
         msg = {"role": "assistant", "content": "".join(out)}
         return dict(head, object="chat.completion",
                     choices=[{"index": 0, "message": msg, "logprobs": lp(every), "finish_reason": finish}], usage=usage)
+
+    @staticmethod
+    def _chat_reply(pieces: Iterator[tuple[str, str | None, list[dict[str, Any]]]], fmt: str,
+                    tools: list[dict[str, Any]], parse: Any) -> dict[str, Any]:
+        """A whole reply with tools: {"message", "finish_reason", "entries" (its logprobs)}."""
+        text, finish, entries = [], None, []
+        for piece, fin, es in pieces:
+            text.append(piece)
+            entries += es
+            finish = fin
+        content, calls = parse("".join(text), fmt, tools)
+        msg: dict[str, Any] = {"role": "assistant", "content": content if not calls else (content or None)}
+        if calls:
+            msg["tool_calls"] = [c.openai() for c in calls]
+        return {"message": msg, "finish_reason": "tool_calls" if calls else finish, "entries": entries}
+
+    @staticmethod
+    def _chat_chunks(head: dict[str, Any], reply: dict[str, Any], lp: Any) -> list[dict[str, Any]]:
+        """A whole reply as OpenAI's stream: the role, the content, each call (its index, id, name and
+        arguments in one delta), the finish."""
+        msg = reply["message"]
+        out = [dict(head, choices=[{"index": 0, "delta": {"role": "assistant"}, "logprobs": None,
+                                    "finish_reason": None}])]
+        if msg.get("content"):
+            out.append(dict(head, choices=[{"index": 0, "delta": {"content": msg["content"]},
+                                            "logprobs": lp(reply["entries"]), "finish_reason": None}]))
+        for i, call in enumerate(msg.get("tool_calls", [])):
+            out.append(dict(head, choices=[{"index": 0, "delta": {"tool_calls": [{"index": i, **call}]},
+                                            "logprobs": None, "finish_reason": None}]))
+        out.append(dict(head, choices=[{"index": 0, "delta": {}, "logprobs": None,
+                                        "finish_reason": reply["finish_reason"]}]))
+        return out

@@ -453,13 +453,14 @@ class _Regex:
         return f"[^{text}{self.RAW_EXCLUDED}]" if neg else f"[{text}]"
 
 
-def schema_to_gbnf(schema: Any) -> str:
-    """GBNF text for a JSON Schema (a dict or a boolean); raises SchemaError naming what it refuses."""
+def schema_to_gbnf(schema: Any, root_name: str = "root") -> str:
+    """GBNF text for a JSON Schema (a dict or a boolean); raises SchemaError naming what it refuses.
+    root_name: the top rule's name (and its sub-rules' prefix), for a grammar that embeds this one."""
     if not isinstance(schema, (dict, bool)):
         raise SchemaError("a JSON schema must be an object (or true)")
     conv = _Converter(schema if isinstance(schema, dict) else {})
-    root = conv.visit(schema, "root", "#")
-    if root != "root":
-        conv.rules["root"] = root
-    ordered = ["root"] + sorted(k for k in conv.rules if k != "root")
+    root = conv.visit(schema, root_name, "#")
+    if root != root_name:
+        conv.rules[root_name] = root
+    ordered = [root_name] + sorted(k for k in conv.rules if k != root_name)
     return "".join(f"{k} ::= {conv.rules[k]}\n" for k in ordered)

@@ -28,7 +28,8 @@ class ChatFormatter(Protocol):
     @property
     def added_special(self) -> bool: ...  # the text holds BOS itself (a template), else encode adds it
 
-    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str: ...
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+               tools: list[dict[str, Any]] | None = None) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,10 @@ class ChatFormat:
     stop_pieces: tuple[str, ...]
     added_special: bool = False
 
-    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    source = ""  # no template: tools reach the model as llama.cpp's generic system text (tool_calls.py)
+
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+               tools: list[dict[str, Any]] | None = None) -> str:
         out = []
         pending_system = ""
         for m in messages:
@@ -101,8 +105,11 @@ class JinjaChatTemplate:
             raise ValueError(f"the model's chat template does not parse: {exc}") from None
         self.bos_token, self.eos_token = bos_token, eos_token
         self.stop_pieces: tuple[str, ...] = (eos_token,) if eos_token else ()
+        self.source = source
 
-    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+               tools: list[dict[str, Any]] | None = None) -> str:
+        """tools: OpenAI's tool list, the `tools` variable (as transformers and llama.cpp's --jinja pass it)."""
         import jinja2
 
         def raise_exception(message: str) -> NoReturn:
@@ -114,9 +121,11 @@ class JinjaChatTemplate:
         out: list[str] = []
         size = 0
         try:
+            extra = {"tools": tools} if tools else {}
             for piece in self._template.generate(messages=messages, add_generation_prompt=add_generation_prompt,
                                                  bos_token=self.bos_token, eos_token=self.eos_token,
-                                                 raise_exception=raise_exception, strftime_now=strftime_now):
+                                                 raise_exception=raise_exception, strftime_now=strftime_now,
+                                                 **extra):
                 size += len(piece)
                 if size > MAX_RENDERED_CHARS:
                     raise ValueError(f"the model's chat template rendered more than {MAX_RENDERED_CHARS} characters")
@@ -171,12 +180,20 @@ class ChatPrompt:
 
 
 def render_prompt(fmt: ChatFormatter, messages: list[dict[str, Any]], system: str | None = None,
-                  add_generation_prompt: bool = True) -> ChatPrompt:
+                  add_generation_prompt: bool = True, tools: list[dict[str, Any]] | None = None) -> ChatPrompt:
     """messages through fmt (`run --chat`, the Python API and the service alike); system: a default
-    system message, put first when messages have none. Raises ValueError when the format refuses them."""
+    system message, put first when messages have none; tools: OpenAI's, through the template's own tool
+    support, else as llama.cpp's generic system text (edgellama.tool_calls). Raises ValueError when the
+    format refuses them."""
     if system and not any(m.get("role") == "system" for m in messages):
         messages = [{"role": "system", "content": system}, *messages]
-    return ChatPrompt(str(fmt.render(messages, add_generation_prompt=add_generation_prompt)), not fmt.added_special)
+    tools_arg = None
+    if tools or any(m.get("role") == "tool" or m.get("tool_calls") for m in messages):
+        from edgellama.tool_calls import prepare
+
+        messages, tools_arg = prepare(getattr(fmt, "source", ""), messages, tools or [])
+    text = fmt.render(messages, add_generation_prompt=add_generation_prompt, tools=tools_arg)
+    return ChatPrompt(str(text), not fmt.added_special)
 
 
 def system_prefix(fmt: ChatFormatter, system: str) -> ChatPrompt:

@@ -1,0 +1,262 @@
+"""OpenAI tool calls on a model's own call format: which format a chat template speaks (Hermes
+`<tool_call>{json}</tool_call>` for Qwen2.5 / Qwen3 / SmolLM3, Llama 3.x JSON and `<|python_tag|>`, Mistral
+`[TOOL_CALLS][...]`, or llama.cpp's generic JSON for a template without tools), the grammar of a call built
+from the tools' JSON schemas (so a required call always parses: a tool's name and arguments its schema
+validates), and the parse of a reply into content and calls.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+MAX_TOOLS = 128
+FORMATS = ("hermes", "llama3", "mistral", "generic")
+# where a call starts in the reply (what a streamed answer withholds from); generic and llama3 answers
+# that open with JSON are withheld whole
+TRIGGERS = {"hermes": ("<tool_call>",), "llama3": ("<|python_tag|>",), "mistral": ("[TOOL_CALLS]",), "generic": ()}
+
+
+class ToolError(ValueError):
+    """tools / tool_choice / tool messages a client sent that cannot be served; the message names what."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: str  # JSON text, as OpenAI carries it
+    id: str
+
+    def openai(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+def check_tools(tools: Any) -> list[dict[str, Any]]:
+    """OpenAI's `tools`: [{"type": "function", "function": {"name", "description"?, "parameters"?}}]."""
+    if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
+        raise ToolError(f"field 'tools' must be a list of up to {MAX_TOOLS} tools")
+    names = set()
+    for i, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(t, dict) or t.get("type", "function") != "function" or not isinstance(fn, dict):
+            raise ToolError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}")
+        name = fn.get("name")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", name):
+            raise ToolError(f"tools[{i}].function.name must be 1-64 letters, digits, _ . : -")
+        if name in names:
+            raise ToolError(f"tools[{i}]: the name {name!r} is given twice")
+        names.add(name)
+        params = fn.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(params, dict):
+            raise ToolError(f"tools[{i}].function.parameters must be a JSON Schema object")
+    return tools
+
+
+def check_choice(choice: Any, tools: list[dict[str, Any]]) -> str:
+    """tool_choice -> "auto", "none", "required", or the name of the one function to call."""
+    if choice is None:
+        return "auto" if tools else "none"
+    if choice in ("auto", "none", "required"):
+        if choice == "required" and not tools:
+            raise ToolError("tool_choice 'required' needs tools")
+        return str(choice)
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        name = choice["function"].get("name")
+        if name in {t["function"]["name"] for t in tools}:
+            return str(name)
+        raise ToolError(f"tool_choice names {name!r}, which is not one of the tools")
+    raise ToolError("field 'tool_choice' must be auto, none, required or {\"type\": \"function\", \"function\": "
+                    "{\"name\": ...}}")
+
+
+def format_of(template: str) -> str:
+    """The call format a chat template speaks (llama.cpp's detection, by the markers it writes)."""
+    if "<tool_call>" in template:
+        return "hermes"
+    if "[TOOL_CALLS]" in template:
+        return "mistral"
+    if "<|python_tag|>" in template or ("<|start_header_id|>" in template and "tools" in template):
+        return "llama3"
+    return "generic"
+
+
+def template_has_tools(template: str) -> bool:
+    return "tools" in template
+
+
+def generic_system(tools: list[dict[str, Any]]) -> str:
+    """The system text that tells a model without a tool template how to call (llama.cpp's generic form)."""
+    return ("You can call these tools. To call one, answer with only a JSON object "
+            '{"tool_call": {"name": <tool name>, "arguments": <arguments object>}}; otherwise answer with '
+            '{"response": <your answer as a string>}.\nTools:\n'
+            + "\n".join(json.dumps(t["function"], ensure_ascii=False) for t in tools))
+
+
+def _params_schema(fn: dict[str, Any]) -> dict[str, Any]:
+    from edgellama.grammar.json_schema import SchemaError, schema_to_gbnf
+
+    params = fn.get("parameters") or {"type": "object", "properties": {}}
+    try:
+        schema_to_gbnf(params)
+        return params
+    except SchemaError:  # keywords the grammar cannot express: any JSON object for this tool's arguments
+        return {"type": "object"}
+
+
+def call_grammar(fmt: str, tools: list[dict[str, Any]], only: str | None = None, parallel: bool = False) -> Any:
+    """The grammar of a reply that is a call (or, parallel, several) to one of tools (only: that one):
+    the format's markers around JSON whose name is a tool's and whose arguments its schema validates."""
+    from edgellama.grammar import parse
+    from edgellama.grammar.json_schema import schema_to_gbnf
+
+    key = "parameters" if fmt == "llama3" else "arguments"
+    alts = [{"type": "object", "properties": {"name": {"const": t["function"]["name"]},
+                                               key: _params_schema(t["function"])},
+             "required": ["name", key], "additionalProperties": False}
+            for t in tools if only is None or t["function"]["name"] == only]
+    body = schema_to_gbnf(alts[0] if len(alts) == 1 else {"anyOf": alts}, "tool-call")
+    many = parallel and fmt in ("hermes", "mistral")
+    if fmt == "hermes":
+        one = '"<tool_call>" "\\n"? tool-call "\\n"? "</tool_call>"'
+        root = f'root ::= {one} ( "\\n"? {one} )*' if many else f"root ::= {one}"
+    elif fmt == "mistral":
+        root = 'root ::= "[TOOL_CALLS]" "[" tool-call ( "," " "? tool-call )* "]"' if many else \
+            'root ::= "[TOOL_CALLS]" "[" tool-call "]"'
+    elif fmt == "llama3":
+        root = "root ::= tool-call"
+    else:
+        root = 'root ::= "{" " "? "\\"tool_call\\"" " "? ":" " "? tool-call " "? "}"'
+    return parse(root + "\n" + body)
+
+
+def _objects(text: str) -> list[tuple[int, int, Any]]:
+    """(start, end, value) of the JSON values that follow each other in text (whitespace and ; between)."""
+    dec = json.JSONDecoder()
+    out, i = [], 0
+    while i < len(text):
+        while i < len(text) and text[i] in " \t\r\n;,":
+            i += 1
+        if i >= len(text) or text[i] not in "{[":
+            break
+        try:
+            value, end = dec.raw_decode(text, i)
+        except json.JSONDecodeError:
+            break
+        out.append((i, end, value))
+        i = end
+    return out
+
+
+def _call(obj: Any, names: set[str], key: str = "arguments") -> ToolCall | None:
+    if not isinstance(obj, dict):
+        return None
+    if isinstance(obj.get("function"), dict):  # {"type": "function", "function": {...}}
+        obj = obj["function"]
+    name = obj.get("name")
+    args = obj.get(key, obj.get("arguments", obj.get("parameters")))
+    if not isinstance(name, str) or name not in names or args is None:
+        return None
+    text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    return ToolCall(name, text, str(obj.get("id") or "call_" + secrets.token_urlsafe(12)))
+
+
+def parse_reply(text: str, fmt: str, tools: list[dict[str, Any]]) -> tuple[str, list[ToolCall]]:
+    """A reply -> (its content, the calls in it); text that does not parse as a call stays content."""
+    names = {t["function"]["name"] for t in tools}
+    calls: list[ToolCall] = []
+    if fmt == "hermes":
+        parts = re.split(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", text, flags=re.DOTALL)
+        content = parts[0]
+        for i in range(1, len(parts), 2):
+            found = _objects(parts[i])
+            call = _call(found[0][2], names) if found else None
+            if call is None:
+                return text, []
+            calls.append(call)
+            content += parts[i + 1] if i + 1 < len(parts) else ""
+        return content.strip() if calls else text, calls
+    if fmt == "mistral":
+        head, sep, rest = text.partition("[TOOL_CALLS]")
+        if not sep:
+            return text, []
+        found = _objects(rest)
+        items = found[0][2] if found and isinstance(found[0][2], list) else [v for _, _, v in found]
+        calls = [c for c in (_call(v, names) for v in items) if c is not None]
+        return (head.strip(), calls) if calls and len(calls) == len(items) else (text, [])
+    if fmt == "llama3":
+        body = text.split("<|python_tag|>", 1)[1] if "<|python_tag|>" in text else text
+        found = _objects(body)
+        calls = [c for c in (_call(v, names, "parameters") for _, _, v in found) if c is not None]
+        return ("", calls) if calls and len(calls) == len(found) and not body[found[-1][1]:].strip() else (text, [])
+    found = _objects(text)  # generic
+    if len(found) == 1 and isinstance(found[0][2], dict):
+        obj = found[0][2]
+        if isinstance(obj.get("tool_call"), dict):
+            call = _call(obj["tool_call"], names)
+            if call is not None:
+                return "", [call]
+        if isinstance(obj.get("tool_calls"), list):
+            calls = [c for c in (_call(v, names) for v in obj["tool_calls"]) if c is not None]
+            if calls:
+                return "", calls
+        if isinstance(obj.get("response"), str):
+            return obj["response"], []
+    return text, []
+
+
+def call_format(template: str) -> str:
+    """The format a chat template (its source; "" for a hand-written format) calls tools in."""
+    return format_of(template) if "tools" in template else "generic"
+
+
+def prepare(template: str, messages: list[dict[str, Any]],
+            tools: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """(messages, the template's `tools`) for a chat with tools: a template with tool support gets them as
+    they are (calls' arguments as objects); another gets llama.cpp's generic system text, calls and results
+    written as that JSON."""
+    if call_format(template) != "generic":
+        return template_messages(messages), tools or None
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.get("role") == "tool":
+            out.append({"role": "user", "content": json.dumps(
+                {"tool_response": {"tool_call_id": m.get("tool_call_id"), "content": m.get("content")}},
+                ensure_ascii=False)})
+        elif m.get("tool_calls"):
+            calls = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                     for c in template_messages([m])[0]["tool_calls"]]
+            body = {"tool_call": calls[0]} if len(calls) == 1 else {"tool_calls": calls}
+            out.append({"role": "assistant", "content": json.dumps(body, ensure_ascii=False)})
+        else:
+            out.append({k: v for k, v in m.items() if k in ("role", "content")})
+    if tools:
+        text = generic_system(tools)
+        if out and out[0].get("role") == "system":
+            out[0] = {"role": "system", "content": f"{out[0]['content']}\n\n{text}"}
+        else:
+            out.insert(0, {"role": "system", "content": text})
+    return out, None
+
+
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as chat templates read them (transformers' convention): a tool call's arguments an
+    object, not OpenAI's JSON text."""
+    out = []
+    for m in messages:
+        if m.get("tool_calls"):
+            m = dict(m, tool_calls=[_template_call(tc) for tc in m["tool_calls"]])
+        out.append(m)
+    return out
+
+
+def _template_call(tc: dict[str, Any]) -> dict[str, Any]:
+    fn = dict(tc.get("function") or {})
+    if isinstance(fn.get("arguments"), str):
+        try:
+            fn["arguments"] = json.loads(fn["arguments"])
+        except json.JSONDecodeError:
+            pass
+    return dict(tc, function=fn, type=tc.get("type", "function"))
