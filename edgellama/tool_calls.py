@@ -212,13 +212,15 @@ def call_format(template: str) -> str:
     return format_of(template) if "tools" in template else "generic"
 
 
-def prepare(template: str, messages: list[dict[str, Any]],
-            tools: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+def prepare(template: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], args_as_text: bool = False,
+            system_in_user: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """(messages, the template's `tools`) for a chat with tools: a template with tool support gets them as
-    they are (calls' arguments as objects); another gets llama.cpp's generic system text, calls and results
-    written as that JSON."""
+    they are (calls' arguments as objects, or args_as_text: OpenAI's JSON text); another gets llama.cpp's
+    generic system text, calls and results written as that JSON. system_in_user: a system message's text
+    goes to the start of the first user turn (for a template without a system role)."""
     if call_format(template) != "generic":
-        return template_messages(messages), tools or None
+        turns = messages if args_as_text else template_messages(messages)
+        return (_system_in_user(turns) if system_in_user else turns), tools or None
     out: list[dict[str, Any]] = []
     for m in messages:
         if m.get("role") == "tool":
@@ -238,7 +240,18 @@ def prepare(template: str, messages: list[dict[str, Any]],
             out[0] = {"role": "system", "content": f"{out[0]['content']}\n\n{text}"}
         else:
             out.insert(0, {"role": "system", "content": text})
-    return out, None
+    return (_system_in_user(out) if system_in_user else out), None
+
+
+def _system_in_user(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if not messages or messages[0].get("role") != "system":
+        return messages
+    system, rest = messages[0], list(messages[1:])
+    for i, m in enumerate(rest):
+        if m.get("role") == "user":
+            rest[i] = dict(m, content=f"{system['content']}\n\n{m.get('content', '')}")
+            return rest
+    return [{"role": "user", "content": system["content"]}, *rest]
 
 
 def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

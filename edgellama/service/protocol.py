@@ -56,6 +56,9 @@ class Completion(GenParams):
     lora: list[tuple[int, float]] | None = None  # (adapter id, scale); None: the server's default scales
     model: str | None = None  # a model or alias name of a server with several (serve --model NAME=FILE)
     keep_alive: float | None = None  # seconds the model stays loaded after this request (< 0: until evicted)
+    tools: list[dict[str, Any]] | None = None  # OpenAI's tools (edgellama.tool_calls), messages only
+    tool_choice: str = "none"  # auto, none, required, or the one function's name
+    parallel_tool_calls: bool = False
     logprobs: bool = False  # each token's log-probability in its event (`probs`)
     n_probs: int = 0  # and the n most likely tokens' (0..20; > 0 implies logprobs)
 
@@ -98,7 +101,7 @@ _FLAGS = ("stream", "cache_prompt", "special", "logprobs")
 PARAM_FIELDS = tuple(R.names(R.V1))
 _ROUTING = ("model", "keep_alive")  # which model answers, and how long it stays loaded after
 _COMPLETION_KEYS = {"type", "id", "prompt", "messages", "grammar", "json_schema", "lora", "n_probs", *_FLAGS,
-                    *PARAM_FIELDS, *_ROUTING}
+                    *PARAM_FIELDS, *_ROUTING, "tools", "tool_choice", "parallel_tool_calls"}
 MAX_LORA_ENTRIES = 64
 _CONTROL_KEYS = {"type", "id"}
 TYPES = ("completion", "embedding", "health", "metrics", "cancel")
@@ -230,12 +233,7 @@ def _completion(obj: dict[str, Any], req_id: str | int, spelling: Mapping[str, s
         if not isinstance(messages, list) or not messages:
             raise ProtocolError(BAD_REQUEST, "field 'messages' must be a non-empty list", req_id)
         for i, m in enumerate(messages):
-            if (not isinstance(m, dict) or set(m) - {"role", "content"} or not isinstance(m.get("role"), str)
-                    or not isinstance(m.get("content"), str)):
-                raise ProtocolError(BAD_REQUEST, f"messages[{i}] must be {{\"role\": str, \"content\": str}}",
-                                    req_id)
-            if m["role"] not in ("system", "user", "assistant"):
-                raise ProtocolError(BAD_REQUEST, f"messages[{i}]: unknown role {m['role']!r}", req_id)
+            _message(i, m, req_id)
         req.messages = messages
     for name in _FLAGS:
         if name in obj:
@@ -248,6 +246,7 @@ def _completion(obj: dict[str, Any], req_id: str | int, spelling: Mapping[str, s
         raise ProtocolError(BAD_REQUEST, f"'{name}' {exc.detail}", req_id) from None
     if "lora" in obj:
         req.lora = parse_lora(obj["lora"], req_id)
+    _tools(obj, req)
     if obj.get("n_probs") is not None:
         n = obj["n_probs"]
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_TOP_PROBS:
@@ -256,6 +255,52 @@ def _completion(obj: dict[str, Any], req_id: str | int, spelling: Mapping[str, s
         req.n_probs = n
     _constraint(obj, req)
     return req
+
+
+def _message(i: int, m: Any, req_id: Any) -> None:
+    """One chat turn: {"role", "content"}; a tool's result also names its call (`tool_call_id`, `name`); an
+    assistant turn may hold its calls (`tool_calls`, OpenAI's shape)."""
+    shape = f"messages[{i}] must be {{\"role\": str, \"content\": str}}"
+    if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+        raise ProtocolError(BAD_REQUEST, shape, req_id)
+    if m["role"] not in ("system", "user", "assistant", "tool"):
+        raise ProtocolError(BAD_REQUEST, f"messages[{i}]: unknown role {m['role']!r}", req_id)
+    extra = set(m) - {"role", "content"} - ({"tool_call_id", "name"} if m["role"] == "tool" else set()) - (
+        {"tool_calls"} if m["role"] == "assistant" else set())
+    if extra:
+        raise ProtocolError(BAD_REQUEST, f"{shape} (a tool turn may add tool_call_id and name, an assistant turn "
+                            f"tool_calls), not {min(extra)!r}", req_id)
+    for key in ("tool_call_id", "name"):
+        if key in m and not isinstance(m[key], str):
+            raise ProtocolError(BAD_REQUEST, f"messages[{i}].{key} must be a string", req_id)
+    calls = m.get("tool_calls")
+    if calls is not None and (not isinstance(calls, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("function"), dict) and isinstance(c["function"].get("name"), str)
+            and isinstance(c["function"].get("arguments", ""), (str, dict)) for c in calls)):
+        raise ProtocolError(BAD_REQUEST, f"messages[{i}].tool_calls must be OpenAI's [{{\"id\", \"type\": "
+                            f"\"function\", \"function\": {{\"name\", \"arguments\"}}}}]", req_id)
+
+
+def _tools(obj: dict[str, Any], req: Completion) -> None:
+    """tools, tool_choice, parallel_tool_calls (chat messages only)."""
+    from edgellama.tool_calls import ToolError, check_choice, check_tools
+
+    if all(obj.get(k) is None for k in ("tools", "tool_choice", "parallel_tool_calls")):
+        return
+    if req.messages is None:
+        raise ProtocolError(BAD_REQUEST, "tools are for chat 'messages', not a raw 'prompt'", req.id)
+    try:
+        tools = check_tools(obj["tools"]) if obj.get("tools") else []
+        req.tool_choice = check_choice(obj.get("tool_choice"), tools)
+    except ToolError as exc:
+        raise ProtocolError(BAD_REQUEST, str(exc), req.id) from None
+    parallel = obj.get("parallel_tool_calls", False)
+    if not isinstance(parallel, bool):
+        raise ProtocolError(BAD_REQUEST, "field 'parallel_tool_calls' must be true or false", req.id)
+    if req.tool_choice not in ("auto", "none") and (obj.get("grammar") or obj.get("json_schema") is not None):
+        raise ProtocolError(BAD_REQUEST, "tool_choice required (or a named function) constrains the reply: give no "
+                            "grammar or json_schema with it", req.id)
+    req.tools, req.parallel_tool_calls = tools or None, parallel
 
 
 def _is_tokens(v: Any) -> bool:

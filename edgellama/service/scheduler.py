@@ -51,11 +51,12 @@ FAULT_MARK = "<inject-fault>"
 FAULT_STAGES = ("admit", "evaluate", "sample", "detokenize", "stream", "finish")
 
 
-def render_chat(llm: LLM, messages: list[dict[str, str]], system: str | None = None) -> ChatPrompt:
+def render_chat(llm: LLM, messages: list[dict[str, Any]], system: str | None = None,
+                tools: list[dict[str, Any]] | None = None) -> ChatPrompt:
     """The model's chat format applied to messages (tokenizers.chat.render_prompt), a refusal as the
     client's fault: no template in this model (the message names the pull command), or it refused them."""
     try:
-        return render_prompt(llm.chat, messages, system)
+        return render_prompt(llm.chat, messages, system, tools=tools)
     except ValueError as exc:
         raise P.ProtocolError(P.BAD_REQUEST, f"chat messages refused: {exc}") from None
 
@@ -435,6 +436,7 @@ class Scheduler:
                 raise P.ProtocolError(P.CONTEXT, f"the prompt has {len(ids)} tokens; the context holds "
                                       f"{llm.n_ctx} (-c), with room for at least one more", req.id)
             scales = self._scales(req)
+            tool_fmt = self._tool_format(req)
             self._fault("admit", [job])
             slot = slots.best_slot(ids, scales)
             assert slot is not None  # admitted only while a slot is idle
@@ -446,7 +448,7 @@ class Scheduler:
                     and llm.seq_scales(slot.index) == tuple(llm.lora_scales)):  # the state has the start-up scales
                 slots.load(slot, self.system_tokens, self.system_state)  # the system prompt's KV, not evaluated again
             n_cached = slots.start(slot, ids)
-            r = SlotRequest(job, slot, len(ids), n_cached, llm.n_batch, t_start, self.cfg.log_prompts)
+            r = SlotRequest(job, slot, len(ids), n_cached, llm.n_batch, t_start, self.cfg.log_prompts, tool_fmt)
             stops = list(req.stop) + (list(llm.chat.stop_pieces) if req.messages is not None else [])
             r.gen = Generation(llm.tokenizer, ids, build_sampler(req, llm.tokenizer, llm.n_ctx),
                                n_predict=effective_n_predict(req.n_predict, self.cfg.max_tokens), stops=stops,
@@ -466,6 +468,20 @@ class Scheduler:
         with self.cond:
             self.busy[slot.index] = job
         return r
+
+    def _tool_format(self, req: P.Completion) -> str | None:
+        """The model's call format when req may call tools (None otherwise); required or a named function:
+        req's constraint becomes the grammar of a call, so the reply parses."""
+        from edgellama.tool_calls import call_format, call_grammar
+
+        if not req.tools or req.tool_choice == "none":
+            return None
+        assert self.llm is not None
+        fmt = call_format(getattr(self.llm.chat, "source", ""))
+        if req.tool_choice != "auto" and req.constraint is None:
+            req.constraint = call_grammar(fmt, req.tools, None if req.tool_choice == "required" else req.tool_choice,
+                                          req.parallel_tool_calls)
+        return fmt
 
     def _refuse(self, job: Job, slot: Any, event: dict[str, Any]) -> None:
         if slot is not None:
@@ -526,7 +542,8 @@ class Scheduler:
         req = job.req
         assert isinstance(req, P.Completion)
         if req.messages is not None:
-            chat = render_chat(llm, req.messages, self.cfg.system_prompt)
+            chat = render_chat(llm, req.messages, self.cfg.system_prompt,
+                               req.tools if req.tool_choice != "none" else None)
             job.prompt_text = chat.text
             return chat.encode(llm.tokenizer)
         if isinstance(req.prompt, list):  # llama-server's token prompt: ids as given, strings tokenized in place

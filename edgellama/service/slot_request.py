@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 class SlotRequest:
     def __init__(self, job: Job, slot: Slot, n_prompt: int, n_cached: int, n_batch: int, t_start: float,
-                 log_prompts: bool = False) -> None:
+                 log_prompts: bool = False, tool_fmt: str | None = None) -> None:
         self.job, self.slot = job, slot
         self.n_cached = n_cached
         self.n_eval = n_prompt - n_cached
@@ -32,6 +32,9 @@ class SlotRequest:
         self.log_prompts = log_prompts
         self.gen: Generation | None = None  # set by the scheduler once the sampler is built
         self.probs: list[dict[str, Any]] = []  # log-probabilities not yet sent (logprobs / n_probs)
+        self.tool_fmt = tool_fmt  # the model's call format when the request may call tools
+        self.reply: list[str] = []  # the whole reply text (with tools: parsed at the end)
+        self.released = 0  # characters of it streamed (with tools: never past the start of a call)
 
     def send(self, text: str, token: int) -> None:
         """Generation's callback: a token's released text as a token event (or kept for the done event);
@@ -48,11 +51,59 @@ class SlotRequest:
             return
         if self.log_prompts or not req.stream:
             job.output.append(text)
+        if self.tool_fmt is not None:
+            self.reply.append(text)
+            text = self._releasable()
+        if req.stream and text:
+            self._emit_text(text)
+
+    def _emit_text(self, text: str) -> None:
+        event: dict[str, Any] = {"event": "token", "id": self.job.req.id, "text": text}
+        if self.probs:
+            event["probs"], self.probs = self.probs, []
+        self.job.emit(event)
+
+    def _releasable(self) -> str:
+        """With tools: the reply's text that can no longer be part of a call (before the format's call
+        marker, holding what could be its beginning; none once a call began, nor for a format whose calls
+        are bare JSON)."""
+        from edgellama.tool_calls import TRIGGERS
+
+        full = "".join(self.reply)
+        triggers = TRIGGERS.get(self.tool_fmt or "", ())
+        if not triggers:
+            return ""
+        at = min((full.find(t) for t in triggers if t in full), default=-1)
+        if at >= 0:
+            end = at
+        else:
+            end = len(full)
+            for t in triggers:  # a tail that may still grow into a marker stays held
+                for k in range(min(len(t) - 1, len(full)), 0, -1):
+                    if full.endswith(t[:k]):
+                        end = min(end, len(full) - k)
+                        break
+        end = max(end, self.released)
+        out, self.released = full[self.released:end], end
+        return out
+
+    def _tool_calls(self, done: dict[str, Any]) -> None:
+        """The reply parsed into content and calls: the done event's tool_calls, and the content's part not
+        yet streamed (a streamed request) or all of it (done's content)."""
+        from edgellama.tool_calls import parse_reply
+
+        req = self.job.req
+        assert isinstance(req, P.Completion) and req.tools is not None and self.tool_fmt is not None
+        content, calls = parse_reply("".join(self.reply), self.tool_fmt, req.tools)
+        if calls:
+            done["tool_calls"] = [c.openai() for c in calls]
         if req.stream:
-            event: dict[str, Any] = {"event": "token", "id": req.id, "text": text}
-            if self.probs:
-                event["probs"], self.probs = self.probs, []
-            job.emit(event)
+            sent = "".join(self.reply)[:self.released]
+            rest = content[len(sent):] if content.startswith(sent) else ""
+            if rest:
+                self._emit_text(rest)
+        else:
+            done["content"] = content
 
     def step(self, logits: npt.NDArray[np.float32]) -> int | None:
         """The slot's next logits: the token to feed, or None once the request has ended (gen.stop_reason).
@@ -94,6 +145,8 @@ class SlotRequest:
         done: dict[str, Any] = {"event": "done", "id": req.id, "stop_reason": reason, **counts}
         if not req.stream:
             done["content"] = "".join(job.output)
+        if self.tool_fmt is not None:
+            self._tool_calls(done)
         if isinstance(req, P.Completion) and req.probs_wanted >= 0:
             done["probs"], self.probs = self.probs, []  # all of them, or (streamed) those no event carried
         return done

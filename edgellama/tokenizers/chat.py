@@ -86,6 +86,31 @@ CHATML = ChatFormat(
 FORMATS = {"gemma": GEMMA, "chatml": CHATML}
 
 
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    """transformers' chat-template tojson (what templates are written against): unescaped, unlike Jinja's."""
+    import json
+
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _generation_tag() -> Any:
+    """transformers' {% generation %}...{% endgeneration %} (it marks the assistant's tokens for training):
+    renders its body, nothing more."""
+    from jinja2 import nodes
+    from jinja2.ext import Extension
+
+    class Generation(Extension):
+        tags = {"generation"}  # noqa: RUF012 - jinja2's Extension declares it so
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.Scope(body, lineno=lineno)
+
+    return Generation
+
+
 class JinjaChatTemplate:
     """The GGUF's chat template, with the variables llama-cpp-python's Jinja2ChatFormatter passes."""
 
@@ -98,7 +123,8 @@ class JinjaChatTemplate:
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         env = ImmutableSandboxedEnvironment(loader=jinja2.BaseLoader(), trim_blocks=True, lstrip_blocks=True,
-                                            extensions=[jinja2.ext.loopcontrols])
+                                            extensions=[jinja2.ext.loopcontrols, _generation_tag()])
+        env.filters["tojson"] = _tojson  # transformers' tojson: ensure_ascii, indent, separators, sort_keys
         try:
             self._template = env.from_string(source)
         except jinja2.TemplateError as exc:
@@ -187,13 +213,23 @@ def render_prompt(fmt: ChatFormatter, messages: list[dict[str, Any]], system: st
     format refuses them."""
     if system and not any(m.get("role") == "system" for m in messages):
         messages = [{"role": "system", "content": system}, *messages]
-    tools_arg = None
-    if tools or any(m.get("role") == "tool" or m.get("tool_calls") for m in messages):
-        from edgellama.tool_calls import prepare
+    if not tools and not any(m.get("role") == "tool" or m.get("tool_calls") for m in messages):
+        return ChatPrompt(str(fmt.render(messages, add_generation_prompt=add_generation_prompt)), not fmt.added_special)
+    from edgellama.tool_calls import prepare
 
-        messages, tools_arg = prepare(getattr(fmt, "source", ""), messages, tools or [])
-    text = fmt.render(messages, add_generation_prompt=add_generation_prompt, tools=tools_arg)
-    return ChatPrompt(str(text), not fmt.added_special)
+    # templates differ in what they take (llama.cpp's minja tries them the same way): a call's arguments as an
+    # object or as JSON text; a system message, or its text at the start of the first user turn
+    error: ValueError | None = None
+    for args_as_text in (False, True):
+        for system_in_user in (False, True):
+            turns, tools_arg = prepare(getattr(fmt, "source", ""), messages, tools or [], args_as_text, system_in_user)
+            try:
+                text = fmt.render(turns, add_generation_prompt=add_generation_prompt, tools=tools_arg)
+                return ChatPrompt(str(text), not fmt.added_special)
+            except (ValueError, TypeError) as exc:
+                error = error or (exc if isinstance(exc, ValueError) else ValueError(str(exc)))
+    assert error is not None
+    raise error
 
 
 def system_prefix(fmt: ChatFormatter, system: str) -> ChatPrompt:

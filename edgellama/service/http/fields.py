@@ -276,18 +276,25 @@ def chat_messages(messages: Any) -> list[dict[str, Any]]:
                                          "(this server has no image or audio input)")
                 texts.append(part["text"])
             content = "".join(texts)
-        if not isinstance(content, str):
-            raise HttpError(400, f"messages[{i}] needs a 'content' string (tool calls are not supported)")
         role = m.get("role")
-        out.append({"role": "system" if role == "developer" else role, "content": content})
+        if content is None and role == "assistant" and m.get("tool_calls"):
+            content = ""  # a turn of calls only
+        if not isinstance(content, str):
+            raise HttpError(400, f"messages[{i}] needs a 'content' string")
+        turn: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": content}
+        for key in ("tool_calls", "tool_call_id", "name"):  # protocol v1 checks their shapes
+            if m.get(key) is not None:
+                turn[key] = m[key]
+        out.append(turn)
     return out
 
 
 def openai_chat(obj: dict[str, Any], req_id: str) -> dict[str, Any]:
     """POST /v1/chat/completions -> protocol v1 (messages through the model's chat template)."""
-    if obj.get("tools") or obj.get("tool_choice") not in (None, "none", "auto"):
-        raise HttpError(400, "tools are not supported by this server")
     v1: dict[str, Any] = {"id": req_id, "messages": chat_messages(obj.get("messages")), "stream": False}
+    for key in ("tools", "tool_choice", "parallel_tool_calls"):
+        if obj.get(key) is not None:
+            v1[key] = obj[key]
     _openai_common(obj, v1)
     _logprobs(obj, v1, chat=True)
     return v1

@@ -30,6 +30,10 @@ def _stream_options(obj: dict[str, Any]) -> bool:
     return bool(so.get("include_usage", False))
 
 
+def _finish(done: dict[str, Any]) -> str:
+    return "tool_calls" if done.get("tool_calls") else F.FINISH_REASON.get(done["stop_reason"], "stop")
+
+
 def _requests(conn: HttpConnection, v1s: list[dict[str, Any]]) -> list[P.Completion]:
     """The mapped requests checked by protocol v1; one model answers them all (an alias picks it once)."""
     creqs = [F.parse_v1(v) for v in v1s]
@@ -86,8 +90,11 @@ async def _serve(conn: HttpConnection, obj: dict[str, Any], creqs: list[P.Comple
             dones[i] = ev
             if creqs[i].stream:
                 begin(i)
-                conn.write(sse(chunk(i, None, F.FINISH_REASON.get(ev["stop_reason"], "stop"),
-                                     entries=ev.get("probs") or None) | {"timings": F.llama_timings(ev)}))
+                for k, call in enumerate(ev.get("tool_calls", [])):  # a call whole, in one delta
+                    conn.write(sse(base | {"choices": [{"index": i, "delta": {"tool_calls": [{"index": k, **call}]},
+                                                        "logprobs": None, "finish_reason": None}]}))
+                conn.write(sse(chunk(i, None, _finish(ev), entries=ev.get("probs") or None)
+                               | {"timings": F.llama_timings(ev)}))
     usage = F.usage_of([dones[i] for i in sorted(dones)])
     if creqs[0].stream:
         if include_usage:
@@ -99,10 +106,11 @@ async def _serve(conn: HttpConnection, obj: dict[str, Any], creqs: list[P.Comple
     for i in sorted(dones):
         ev = dones[i]
         text = ev.get("content", "")
-        choice: dict[str, Any] = {"index": i, "logprobs": logprobs(i, ev.get("probs", [])),
-                                  "finish_reason": F.FINISH_REASON.get(ev["stop_reason"], "stop")}
+        choice: dict[str, Any] = {"index": i, "logprobs": logprobs(i, ev.get("probs", [])), "finish_reason": _finish(ev)}
         if chat:
             choice["message"] = {"role": "assistant", "content": text}
+            if ev.get("tool_calls"):
+                choice["message"] = {"role": "assistant", "content": text or None, "tool_calls": ev["tool_calls"]}
         else:
             choice["text"] = text
         choices.append(choice)

@@ -1,0 +1,189 @@
+"""Tool calls (issue 36): each family's call format parsed, the grammar of a required call, llama.cpp's own
+chat templates rendered with tools and tool turns by edgellama's sandbox, and (slow set) Qwen2.5-Coder-0.5B-
+Instruct calling a tool over the socket with the openai SDK: the call, the tool's result, the answer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edgellama.tool_calls import (
+    ToolError,
+    call_format,
+    call_grammar,
+    check_choice,
+    check_tools,
+    format_of,
+    parse_reply,
+)
+from tests.conftest import skip_or_fail
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city now",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city"]}}}
+TIMER = {"type": "function", "function": {
+    "name": "set_timer", "description": "Start a timer",
+    "parameters": {"type": "object", "properties": {"minutes": {"type": "integer"}}, "required": ["minutes"]}}}
+TOOLS = [WEATHER, TIMER]
+TURNS = [{"role": "user", "content": "Weather in Paris?"},
+         {"role": "assistant", "content": "", "tool_calls": [{"id": "abcdefghi", "type": "function", "function": {
+             "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+         {"role": "tool", "tool_call_id": "abcdefghi", "name": "get_weather", "content": "18 C, cloudy"}]
+
+
+@pytest.mark.parametrize(("fmt", "text", "content", "calls"), [
+    ("hermes", 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+     "Let me check.", [("get_weather", {"city": "Paris"})]),
+    ("hermes", ('<tool_call>{"name": "set_timer", "arguments": {"minutes": 5}}</tool_call>\n<tool_call>{"name": '
+                '"get_weather", "arguments": {"city": "Oslo"}}</tool_call>'), "",
+     [("set_timer", {"minutes": 5}), ("get_weather", {"city": "Oslo"})]),
+    ("hermes", "<tool_call>\n{\"name\": \"unknown_tool\", \"arguments\": {}}\n</tool_call>",
+     "<tool_call>\n{\"name\": \"unknown_tool\", \"arguments\": {}}\n</tool_call>", []),
+    ("hermes", "It is sunny.", "It is sunny.", []),
+    ("llama3", '{"name": "get_weather", "parameters": {"city": "Rome"}}', "", [("get_weather", {"city": "Rome"})]),
+    ("llama3", '<|python_tag|>{"type": "function", "name": "set_timer", "parameters": {"minutes": 3}}', "",
+     [("set_timer", {"minutes": 3})]),
+    ("llama3", "{not json", "{not json", []),
+    ("mistral", '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Lyon"}, "id": "abcdefghi"}]', "",
+     [("get_weather", {"city": "Lyon"})]),
+    ("generic", '{"tool_call": {"name": "set_timer", "arguments": {"minutes": 10}}}', "",
+     [("set_timer", {"minutes": 10})]),
+    ("generic", '{"response": "Hello!"}', "Hello!", []),
+])
+def test_replies_parse_into_content_and_calls(fmt: str, text: str, content: str,
+                                              calls: list[tuple[str, Any]]) -> None:
+    got_content, got = parse_reply(text, fmt, TOOLS)
+    assert got_content == content
+    assert [(c.name, json.loads(c.arguments)) for c in got] == calls
+    assert all(c.id for c in got)
+
+
+def test_tools_and_choices_are_checked() -> None:
+    assert check_tools(TOOLS) == TOOLS
+    assert check_choice(None, TOOLS) == "auto" and check_choice(None, []) == "none"
+    assert check_choice({"type": "function", "function": {"name": "set_timer"}}, TOOLS) == "set_timer"
+    for bad in ([{"type": "function"}], [{"type": "function", "function": {"name": "a b"}}], [WEATHER, WEATHER], "x"):
+        with pytest.raises(ToolError):
+            check_tools(bad)
+    for choice in ("always", {"type": "function", "function": {"name": "nope"}}):
+        with pytest.raises(ToolError):
+            check_choice(choice, TOOLS)
+    with pytest.raises(ToolError, match="needs tools"):
+        check_choice("required", [])
+
+
+def test_formats_by_template_markers() -> None:
+    assert format_of("... <tool_call> ...") == "hermes"
+    assert format_of("{{ '[TOOL_CALLS]' }}") == "mistral"
+    assert format_of("<|python_tag|> {% if tools %}") == "llama3"
+    assert call_format("{{ messages }}") == "generic" and call_format("") == "generic"
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "llama3", "mistral", "generic"])
+def test_a_required_call_grammar_takes_valid_calls_only(fmt: str) -> None:
+    from edgellama.grammar.matcher import CompiledGrammar
+
+    key = "parameters" if fmt == "llama3" else "arguments"
+    call = json.dumps({"name": "get_weather", key: {"city": "Paris", "unit": "celsius"}})
+    wrapped = {"hermes": f"<tool_call>\n{call}\n</tool_call>", "llama3": call, "mistral": f"[TOOL_CALLS][{call}]",
+               "generic": f'{{"tool_call": {call}}}'}[fmt]
+    g = CompiledGrammar(call_grammar(fmt, TOOLS))
+    assert accepts(g, wrapped)
+    bad_enum = wrapped.replace("celsius", "kelvin")
+    bad_name = wrapped.replace("get_weather", "get_wether")
+    assert not accepts(g, bad_enum) and not accepts(g, bad_name)
+    only_timer = CompiledGrammar(call_grammar(fmt, TOOLS, only="set_timer"))
+    assert not accepts(only_timer, wrapped)
+
+
+def accepts(g: Any, text: str) -> bool:
+    from edgellama.grammar.matcher import ACCEPTING
+
+    state = g.step(g.start, text.encode())
+    return state >= 0 and bool(g.flags(state) & ACCEPTING)
+
+
+@pytest.fixture(scope="session")
+def templates() -> Path:
+    from llamacpp_ref import ReferenceUnavailable, cached_sdist
+
+    from edgellama.default_model import cache_dir
+
+    try:
+        return cached_sdist(cache_dir()) / "vendor" / "llama.cpp" / "models" / "templates"
+    except ReferenceUnavailable as exc:
+        reason = str(exc)
+    skip_or_fail(reason)
+
+
+def test_llama_cpps_templates_render_tools_and_tool_turns(templates: Path) -> None:
+    from edgellama.tokenizers.chat import JinjaChatTemplate, render_prompt
+
+    files = sorted(templates.glob("*.jinja"))
+    assert len(files) >= 40
+    failed = {}
+    for f in files:
+        try:
+            out = render_prompt(JinjaChatTemplate(f.read_text(), "<s>", "</s>"), TURNS, tools=TOOLS).text
+            assert "get_weather" in out and "18 C, cloudy" in out
+        except (ValueError, AssertionError) as exc:
+            failed[f.name] = str(exc)[:120]
+    # firefunction-v2 reads its own `functions` variable, not `tools`
+    assert set(failed) <= {"fireworks-ai-llama-3-firefunction-v2.jinja"}, failed
+    for name, fmt in (("Qwen-Qwen2.5-7B-Instruct.jinja", "hermes"), ("Qwen-Qwen3-0.6B.jinja", "hermes"),
+                      ("HuggingFaceTB-SmolLM3-3B.jinja", "generic"),  # this copy has no tool support
+                      ("meta-llama-Llama-3.1-8B-Instruct.jinja", "llama3"),
+                      ("meta-llama-Llama-3.2-3B-Instruct.jinja", "llama3"),
+                      ("mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral")):
+        assert call_format((templates / name).read_text()) == fmt, name
+
+
+@pytest.mark.slow
+def test_qwen_calls_tools_over_the_socket_with_the_openai_sdk(qwen_path: Path) -> None:
+    from tests.service_util import ServerProc, openai_over_unix_socket
+
+    srv = ServerProc("-m", str(qwen_path), engine=["-c", "2048", "-t", "2", "-b", "256"])
+    ask = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+    try:
+        srv.wait_ready()
+        with openai_over_unix_socket(srv.path) as client:
+            r = client.chat.completions.create(model="qwen", messages=ask, tools=TOOLS, tool_choice="required",
+                                               temperature=0, max_tokens=96)
+            choice = r.choices[0]
+            assert choice.finish_reason == "tool_calls" and choice.message.content is None
+            call = choice.message.tool_calls[0]
+            assert call.function.name == "get_weather" and json.loads(call.function.arguments)["city"] == "Paris"
+            named = client.chat.completions.create(model="qwen", messages=ask, tools=TOOLS, temperature=0,
+                                                   max_tokens=96, tool_choice={"type": "function",
+                                                                               "function": {"name": "set_timer"}})
+            timer = named.choices[0].message.tool_calls[0]
+            assert timer.function.name == "set_timer" and isinstance(json.loads(timer.function.arguments)["minutes"], int)
+            # the tool's result back, then the answer
+            turns = [*ask, choice.message.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"sky": "cloudy", "celsius": 18})}]
+            final = client.chat.completions.create(model="qwen", messages=turns, tools=TOOLS, tool_choice="none",
+                                                   temperature=0, max_tokens=48)
+            assert final.choices[0].finish_reason in ("stop", "length") and final.choices[0].message.content
+            assert not final.choices[0].message.tool_calls
+            # streamed: the call in tool_calls deltas
+            parts = list(client.chat.completions.create(model="qwen", messages=ask, tools=TOOLS, tool_choice="required",
+                                                        temperature=0, max_tokens=96, stream=True))
+            deltas = [tc for p in parts if p.choices for tc in (p.choices[0].delta.tool_calls or [])]
+            assert deltas and deltas[0].function.name == "get_weather"
+            assert json.loads(deltas[0].function.arguments) == json.loads(call.function.arguments)
+            assert parts[-1].choices[0].finish_reason == "tool_calls"
+        with srv.connect() as c:  # protocol v1
+            events = c.ask({"id": 1, "messages": ask, "tools": TOOLS, "tool_choice": "required", "temperature": 0,
+                            "n_predict": 96, "stream": False})
+            done = events[-1]
+            assert done["event"] == "done" and done["tool_calls"][0]["function"]["name"] == "get_weather"
+            err = c.ask({"id": 2, "prompt": "x", "tools": TOOLS})[-1]
+            assert err["code"] == "bad_request" and "tools are for chat" in err["message"]
+    finally:
+        srv.terminate()
+        srv.kill()
