@@ -175,18 +175,18 @@ class CompletionAPI:
         parallel_tool_calls: OpenAI's; the reply's calls in message.tool_calls with finish_reason
         "tool_calls"; required or a named function constrain the reply to a call that parses (edgellama.
         tool_calls). A streamed reply with tools is generated whole, then sent as chunks."""
-        from edgellama.tool_calls import call_format, call_grammar, check_choice, check_tools, parse_reply
+        from edgellama.tool_calls import call_format, check_choice, check_tools, choice_grammar, parse_reply
 
         tool_list = check_tools(tools) if tools else []
         choice = check_choice(tool_choice, tool_list)
-        if choice not in ("auto", "none"):
-            if grammar is not None or response_format is not None:
-                raise ValueError("tool_choice required (or a named function) constrains the reply: give no grammar "
-                                 "or response_format with it")
-            grammar = call_grammar(call_format(getattr(self.chat, "source", "")), tool_list,
-                                   None if choice == "required" else choice, bool(parallel_tool_calls))
+        if choice not in ("auto", "none") and (grammar is not None or response_format is not None):
+            raise ValueError("tool_choice required (or a named function) constrains the reply: give no grammar or "
+                             "response_format with it")
         if choice == "none":
             tool_list = []
+        elif grammar is None and response_format is None:  # a call that begins is held to the tools' schemas
+            grammar = choice_grammar(call_format(getattr(self.chat, "source", "")), tool_list, choice,
+                                     bool(parallel_tool_calls))
         if top_logprobs is not None and (not logprobs or isinstance(top_logprobs, bool)
                                          or not 0 <= top_logprobs <= MAX_TOP):
             raise ValueError(f"top_logprobs must be an integer in 0..{MAX_TOP}, with logprobs=True")

@@ -17,7 +17,13 @@ MAX_TOOLS = 128
 FORMATS = ("hermes", "llama3", "mistral", "generic")
 # where a call starts in the reply (what a streamed answer withholds from); generic and llama3 answers
 # that open with JSON are withheld whole
-TRIGGERS = {"hermes": ("<tool_call>",), "llama3": ("<|python_tag|>",), "mistral": ("[TOOL_CALLS]",), "generic": ()}
+TRIGGERS = {"hermes": ("<tool_call>", "```json"), "llama3": ("<|python_tag|>",), "mistral": ("[TOOL_CALLS]",),
+            "generic": ()}
+# small Hermes-format models (Qwen2.5-Coder 0.5B) often write the call as a ```json block or bare JSON instead of
+# inside <tool_call>: both are parsed as calls; a ```json block is also a trigger of the auto grammar, bare JSON
+# is not (the model also answers plain questions with call-shaped JSON: constraining that would force a tool)
+JSON_START = {"llama3"}  # formats whose calls are bare JSON: a reply opening with `{` triggers the grammar
+HOLD_JSON = {"hermes", "llama3"}  # formats where a streamed reply opening with `{` is held until it ends
 
 
 class ToolError(ValueError):
@@ -106,10 +112,8 @@ def _params_schema(fn: dict[str, Any]) -> dict[str, Any]:
         return {"type": "object"}
 
 
-def call_grammar(fmt: str, tools: list[dict[str, Any]], only: str | None = None, parallel: bool = False) -> Any:
-    """The grammar of a reply that is a call (or, parallel, several) to one of tools (only: that one):
-    the format's markers around JSON whose name is a tool's and whose arguments its schema validates."""
-    from edgellama.grammar import parse
+def _call_rules(fmt: str, tools: list[dict[str, Any]], only: str | None) -> str:
+    """GBNF of one call's JSON, rule `tool-call`: a tool's name and arguments its schema validates."""
     from edgellama.grammar.json_schema import schema_to_gbnf
 
     key = "parameters" if fmt == "llama3" else "arguments"
@@ -117,7 +121,15 @@ def call_grammar(fmt: str, tools: list[dict[str, Any]], only: str | None = None,
                                                key: _params_schema(t["function"])},
              "required": ["name", key], "additionalProperties": False}
             for t in tools if only is None or t["function"]["name"] == only]
-    body = schema_to_gbnf(alts[0] if len(alts) == 1 else {"anyOf": alts}, "tool-call")
+    return schema_to_gbnf(alts[0] if len(alts) == 1 else {"anyOf": alts}, "tool-call")
+
+
+def call_grammar(fmt: str, tools: list[dict[str, Any]], only: str | None = None, parallel: bool = False) -> Any:
+    """The grammar of a reply that is a call (or, parallel, several) to one of tools (only: that one):
+    the format's markers around JSON whose name is a tool's and whose arguments its schema validates."""
+    from edgellama.grammar import parse
+
+    body = _call_rules(fmt, tools, only)
     many = parallel and fmt in ("hermes", "mistral")
     if fmt == "hermes":
         one = '"<tool_call>" "\\n"? tool-call "\\n"? "</tool_call>"'
@@ -126,10 +138,50 @@ def call_grammar(fmt: str, tools: list[dict[str, Any]], only: str | None = None,
         root = 'root ::= "[TOOL_CALLS]" "[" tool-call ( "," " "? tool-call )* "]"' if many else \
             'root ::= "[TOOL_CALLS]" "[" tool-call "]"'
     elif fmt == "llama3":
-        root = "root ::= tool-call"
+        root = 'root ::= "<|python_tag|>"? tool-call'
     else:
         root = 'root ::= "{" " "? "\\"tool_call\\"" " "? ":" " "? tool-call " "? "}"'
     return parse(root + "\n" + body)
+
+
+def choice_grammar(fmt: str, tools: list[dict[str, Any]], choice: str, parallel: bool = False) -> Any:
+    """The constraint of a reply under tool_choice (auto, required, or a function's name; not none)."""
+    if choice == "auto":
+        return auto_grammar(fmt, tools, parallel)
+    return call_grammar(fmt, tools, None if choice == "required" else choice, parallel)
+
+
+def auto_grammar(fmt: str, tools: list[dict[str, Any]], parallel: bool = False) -> Any:
+    """tool_choice auto: free text, but a call that begins (the format's marker, or a reply opening with
+    JSON where calls are bare JSON) is held to the call grammar; the generic format's whole reply is its
+    JSON: a call, or {"response": text}."""
+    from edgellama.grammar import parse
+    from edgellama.grammar.json_schema import schema_to_gbnf
+    from edgellama.grammar.lazy import LazyGrammar
+
+    if fmt == "generic":
+        answer = schema_to_gbnf({"type": "object", "properties": {"response": {"type": "string"}},
+                                 "required": ["response"], "additionalProperties": False}, "answer")
+        root = 'root ::= "{" " "? "\\"tool_call\\"" " "? ":" " "? tool-call " "? "}" | answer'
+        return parse(_merged(root, _call_rules(fmt, tools, None), answer))
+    grammar = call_grammar(fmt, tools, None, parallel)
+    if fmt == "hermes":  # its other forms: a ```json block, bare JSON
+        one = '"<tool_call>" "\\n"? tool-call "\\n"? "</tool_call>"'
+        rest = f'( "\\n"? {one} )*' if parallel else ""
+        root = f'root ::= {one} {rest} | "```json" "\\n"? tool-call "\\n"? "```"'
+        grammar = parse(root + "\n" + _call_rules(fmt, tools, None))
+    return LazyGrammar(grammar, TRIGGERS[fmt], json_start=fmt in JSON_START)
+
+
+def _merged(*texts: str) -> str:
+    """GBNF texts joined, each rule once (schema grammars share helpers such as `space` and `string`)."""
+    seen: dict[str, str] = {}
+    for text in texts:
+        for line in text.splitlines():
+            name = line.split("::=", 1)[0].strip()
+            if line.strip() and name not in seen:
+                seen[name] = line
+    return "\n".join(seen.values()) + "\n"
 
 
 def _objects(text: str) -> list[tuple[int, int, Any]]:
@@ -177,7 +229,15 @@ def parse_reply(text: str, fmt: str, tools: list[dict[str, Any]]) -> tuple[str, 
                 return text, []
             calls.append(call)
             content += parts[i + 1] if i + 1 < len(parts) else ""
-        return content.strip() if calls else text, calls
+        if calls:
+            return content.strip(), calls
+        fenced = re.fullmatch(r"\s*```(?:json)?\s*(.*?)\s*```\s*", text, flags=re.DOTALL)
+        body = fenced.group(1) if fenced else text
+        found = _objects(body)
+        calls = [c for c in (_call(v, names) for _, _, v in found) if c is not None]
+        if calls and len(calls) == len(found) and not body[found[-1][1]:].strip() and not body[:found[0][0]].strip():
+            return "", calls
+        return text, []
     if fmt == "mistral":
         head, sep, rest = text.partition("[TOOL_CALLS]")
         if not sep:

@@ -45,6 +45,10 @@ TURNS = [{"role": "user", "content": "Weather in Paris?"},
     ("hermes", "<tool_call>\n{\"name\": \"unknown_tool\", \"arguments\": {}}\n</tool_call>",
      "<tool_call>\n{\"name\": \"unknown_tool\", \"arguments\": {}}\n</tool_call>", []),
     ("hermes", "It is sunny.", "It is sunny.", []),
+    ("hermes", '```json\n{"name": "get_weather", "arguments": {"city": "Nice"}}\n```', "",
+     [("get_weather", {"city": "Nice"})]),  # small models' form
+    ("hermes", '{"name": "set_timer", "arguments": {"minutes": 2}}', "", [("set_timer", {"minutes": 2})]),
+    ("hermes", '{"name": "cat joke", "arguments": {}}', '{"name": "cat joke", "arguments": {}}', []),
     ("llama3", '{"name": "get_weather", "parameters": {"city": "Rome"}}', "", [("get_weather", {"city": "Rome"})]),
     ("llama3", '<|python_tag|>{"type": "function", "name": "set_timer", "parameters": {"minutes": 3}}', "",
      [("set_timer", {"minutes": 3})]),
@@ -106,6 +110,42 @@ def accepts(g: Any, text: str) -> bool:
 
     state = g.step(g.start, text.encode())
     return state >= 0 and bool(g.flags(state) & ACCEPTING)
+
+
+def test_the_auto_grammar_holds_from_a_calls_marker_on(smollm2_path: Path) -> None:
+    """A lazy grammar over SmolLM2's tokenizer: free text until the marker, then only a valid call."""
+    import numpy as np
+
+    from edgellama.gguf.metadata import Metadata
+    from edgellama.gguf.split import open_model_file
+    from edgellama.grammar import constrain
+    from edgellama.tokenizers.tokenizer import tokenizer_from_metadata
+    from edgellama.tool_calls import auto_grammar
+
+    with open_model_file(smollm2_path) as f:
+        tok = tokenizer_from_metadata(Metadata.of(f))
+
+    class Pick:  # draws the highest logit; accept() records nothing
+        def accept(self, token: int) -> None:
+            pass
+
+        def sample(self, logits: Any) -> int:
+            return int(np.argmax(logits))
+
+    s = constrain(Pick(), auto_grammar("hermes", TOOLS), tok)
+    for t in tok.encode("Sure. <tool_call>\n", add_special=False):  # free text, then the marker: accepted
+        s.accept(t)
+    assert s.active is not None
+    bad = tok.encode('{"name": "launch_rocket"', add_special=False)
+    logits = np.zeros(tok.n_vocab, dtype=np.float32)
+    logits[bad[0]] = 5.0
+    first = s.sample(logits)
+    assert tok.token_bytes(first).startswith(b"{") or tok.token_bytes(first).isspace()
+    for t in tok.encode('{"name": "', add_special=False):
+        s.accept(t)
+    logits = np.zeros(tok.n_vocab, dtype=np.float32)
+    logits[tok.encode("launch", add_special=False)[0]] = 10.0  # the model wants another name: refused
+    assert tok.token_bytes(s.sample(logits)).decode() in "get_weatherset_timer"
 
 
 @pytest.fixture(scope="session")

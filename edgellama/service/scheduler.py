@@ -470,17 +470,17 @@ class Scheduler:
         return r
 
     def _tool_format(self, req: P.Completion) -> str | None:
-        """The model's call format when req may call tools (None otherwise); required or a named function:
-        req's constraint becomes the grammar of a call, so the reply parses."""
-        from edgellama.tool_calls import call_format, call_grammar
+        """The model's call format when req may call tools (None otherwise); req's constraint becomes the
+        grammar of a call (required, a named function: from the first token; auto: from a call's marker),
+        so a call parses."""
+        from edgellama.tool_calls import call_format, choice_grammar
 
         if not req.tools or req.tool_choice == "none":
             return None
         assert self.llm is not None
         fmt = call_format(getattr(self.llm.chat, "source", ""))
-        if req.tool_choice != "auto" and req.constraint is None:
-            req.constraint = call_grammar(fmt, req.tools, None if req.tool_choice == "required" else req.tool_choice,
-                                          req.parallel_tool_calls)
+        if req.constraint is None:
+            req.constraint = choice_grammar(fmt, req.tools, req.tool_choice, req.parallel_tool_calls)
         return fmt
 
     def _refuse(self, job: Job, slot: Any, event: dict[str, Any]) -> None:

@@ -67,12 +67,12 @@ class SlotRequest:
         """With tools: the reply's text that can no longer be part of a call (before the format's call
         marker, holding what could be its beginning; none once a call began, nor for a format whose calls
         are bare JSON)."""
-        from edgellama.tool_calls import TRIGGERS
+        from edgellama.tool_calls import HOLD_JSON, TRIGGERS
 
         full = "".join(self.reply)
         triggers = TRIGGERS.get(self.tool_fmt or "", ())
-        if not triggers:
-            return ""
+        if not triggers or (self.tool_fmt in HOLD_JSON and self.released == 0 and full.lstrip()[:1] in ("", "{")):
+            return ""  # a reply that may be a bare JSON call is held until it ends
         at = min((full.find(t) for t in triggers if t in full), default=-1)
         if at >= 0:
             end = at
