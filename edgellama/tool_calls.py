@@ -202,7 +202,14 @@ def _objects(text: str) -> list[tuple[int, int, Any]]:
     return out
 
 
-def _call(obj: Any, names: set[str], key: str = "arguments") -> ToolCall | None:
+def call_id(fmt: str) -> str:
+    """A new call's id: Mistral's templates want 9 letters and digits; others take OpenAI's call_ form."""
+    if fmt == "mistral":
+        return "".join(secrets.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") for _ in range(9))
+    return "call_" + secrets.token_urlsafe(12)
+
+
+def _call(obj: Any, names: set[str], key: str = "arguments", fmt: str = "") -> ToolCall | None:
     if not isinstance(obj, dict):
         return None
     if isinstance(obj.get("function"), dict):  # {"type": "function", "function": {...}}
@@ -212,7 +219,7 @@ def _call(obj: Any, names: set[str], key: str = "arguments") -> ToolCall | None:
     if not isinstance(name, str) or name not in names or args is None:
         return None
     text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-    return ToolCall(name, text, str(obj.get("id") or "call_" + secrets.token_urlsafe(12)))
+    return ToolCall(name, text, str(obj.get("id") or call_id(fmt)))
 
 
 def parse_reply(text: str, fmt: str, tools: list[dict[str, Any]]) -> tuple[str, list[ToolCall]]:
@@ -244,7 +251,7 @@ def parse_reply(text: str, fmt: str, tools: list[dict[str, Any]]) -> tuple[str, 
             return text, []
         found = _objects(rest)
         items = found[0][2] if found and isinstance(found[0][2], list) else [v for _, _, v in found]
-        calls = [c for c in (_call(v, names) for v in items) if c is not None]
+        calls = [c for c in (_call(v, names, fmt="mistral") for v in items) if c is not None]
         return (head.strip(), calls) if calls and len(calls) == len(items) else (text, [])
     if fmt == "llama3":
         body = text.split("<|python_tag|>", 1)[1] if "<|python_tag|>" in text else text

@@ -227,3 +227,30 @@ def test_qwen_calls_tools_over_the_socket_with_the_openai_sdk(qwen_path: Path) -
     finally:
         srv.terminate()
         srv.kill()
+
+
+def test_smollm2_calls_through_the_generic_format_over_the_socket(smollm2_path: Path) -> None:
+    """SmolLM2's template has no tools: llama.cpp's generic instruction, and a required call that parses."""
+    from tests.service_util import FAST, ServerProc, openai_over_unix_socket
+
+    srv = ServerProc("-m", str(smollm2_path), engine=FAST)
+    try:
+        srv.wait_ready()
+        with openai_over_unix_socket(srv.path) as client:
+            r = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Start a timer for 4 "
+                                                                                                "minutes."}],
+                                               tools=TOOLS, tool_choice="required", temperature=0, max_tokens=64)
+            call = r.choices[0].message.tool_calls[0]
+            assert r.choices[0].finish_reason == "tool_calls" and call.function.name in ("get_weather", "set_timer")
+            args = json.loads(call.function.arguments)
+            assert ("minutes" in args and isinstance(args["minutes"], int)) if call.function.name == "set_timer" else (
+                isinstance(args["city"], str))
+            free = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Say hello."}],
+                                                  tools=TOOLS, tool_choice="none", temperature=0, max_tokens=8)
+            assert free.choices[0].message.content and not free.choices[0].message.tool_calls
+            with pytest.raises(Exception, match="tool_choice names 'nope'"):
+                client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Hi"}], tools=TOOLS,
+                                               tool_choice={"type": "function", "function": {"name": "nope"}})
+    finally:
+        srv.terminate()
+        srv.kill()
