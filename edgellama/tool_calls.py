@@ -202,6 +202,21 @@ def _objects(text: str) -> list[tuple[int, int, Any]]:
     return out
 
 
+def _xml_call(body: str, names: set[str]) -> ToolCall | None:
+    """Qwen3-Coder's form inside <tool_call>: <function=NAME><parameter=KEY>VALUE</parameter>...</function>
+    (a value that reads as JSON is that JSON, else the text)."""
+    m = re.fullmatch(r"\s*<function=([^>\n]+)>(.*?)</function>\s*", body, flags=re.DOTALL)
+    if m is None:
+        return None
+    args: dict[str, Any] = {}
+    for key, value in re.findall(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", m.group(2), flags=re.DOTALL):
+        try:
+            args[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            args[key.strip()] = value
+    return _call({"name": m.group(1).strip(), "arguments": args}, names)
+
+
 def call_id(fmt: str) -> str:
     """A new call's id: Mistral's templates want 9 letters and digits; others take OpenAI's call_ form."""
     if fmt == "mistral":
@@ -231,7 +246,7 @@ def parse_reply(text: str, fmt: str, tools: list[dict[str, Any]]) -> tuple[str, 
         content = parts[0]
         for i in range(1, len(parts), 2):
             found = _objects(parts[i])
-            call = _call(found[0][2], names) if found else None
+            call = _call(found[0][2], names) if found else _xml_call(parts[i], names)
             if call is None:
                 return text, []
             calls.append(call)
@@ -249,6 +264,15 @@ def parse_reply(text: str, fmt: str, tools: list[dict[str, Any]]) -> tuple[str, 
         head, sep, rest = text.partition("[TOOL_CALLS]")
         if not sep:
             return text, []
+        if "[ARGS]" in rest:  # newer Mistral templates: [TOOL_CALLS]name[ARGS]{...}, repeated
+            for piece in text[len(head):].split("[TOOL_CALLS]")[1:]:
+                name, _, args = piece.partition("[ARGS]")
+                found = _objects(args)
+                call = _call({"name": name.strip(), "arguments": found[0][2]}, names, fmt="mistral") if found else None
+                if call is None:
+                    return text, []
+                calls.append(call)
+            return head.strip(), calls
         found = _objects(rest)
         items = found[0][2] if found and isinstance(found[0][2], list) else [v for _, _, v in found]
         calls = [c for c in (_call(v, names, fmt="mistral") for v in items) if c is not None]

@@ -55,6 +55,11 @@ TURNS = [{"role": "user", "content": "Weather in Paris?"},
     ("llama3", "{not json", "{not json", []),
     ("mistral", '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Lyon"}, "id": "abcdefghi"}]', "",
      [("get_weather", {"city": "Lyon"})]),
+    ("hermes", ("<tool_call>\n<function=get_weather>\n<parameter=city>\nOulu\n</parameter>\n</function>\n</tool_call>\n"
+                "<tool_call>\n<function=set_timer>\n<parameter=minutes>\n7\n</parameter>\n</function>\n</tool_call>"),
+     "", [("get_weather", {"city": "Oulu"}), ("set_timer", {"minutes": 7})]),  # Qwen3-Coder's form
+    ("mistral", '[TOOL_CALLS]set_timer[ARGS]{"minutes": 1}[TOOL_CALLS]get_weather[ARGS]{"city": "Bergen"}', "",
+     [("set_timer", {"minutes": 1}), ("get_weather", {"city": "Bergen"})]),  # newer Mistral templates
     ("generic", '{"tool_call": {"name": "set_timer", "arguments": {"minutes": 10}}}', "",
      [("set_timer", {"minutes": 10})]),
     ("generic", '{"response": "Hello!"}', "Hello!", []),
