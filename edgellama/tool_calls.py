@@ -15,8 +15,8 @@ from typing import Any
 
 MAX_TOOLS = 128
 FORMATS = ("hermes", "llama3", "mistral", "generic")
-# where a call starts in the reply (what a streamed answer withholds from); generic and llama3 answers
-# that open with JSON are withheld whole
+# where a call starts in a reply: the auto grammar's triggers, and where a streamed reply is withheld from
+# (the generic format's reply is JSON: withheld whole)
 TRIGGERS = {"hermes": ("<tool_call>", "```json"), "llama3": ("<|python_tag|>",), "mistral": ("[TOOL_CALLS]",),
             "generic": ()}
 # small Hermes-format models (Qwen2.5-Coder 0.5B) often write the call as a ```json block or bare JSON instead of
@@ -54,6 +54,8 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
             raise ToolError(f"tools[{i}].function.name must be 1-64 letters, digits, _ . : -")
         if name in names:
             raise ToolError(f"tools[{i}]: the name {name!r} is given twice")
+        if name in ("auto", "none", "required"):
+            raise ToolError(f"tools[{i}]: {name!r} is a tool_choice value, not a tool name")
         names.add(name)
         params = fn.get("parameters", {"type": "object", "properties": {}})
         if not isinstance(params, dict):
