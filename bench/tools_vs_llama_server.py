@@ -7,7 +7,7 @@ the request file is malformed). The host is shared: `uptime` is printed first an
 to every engine's figures.
 
     python bench/tools_vs_llama_server.py [--models qwen,smollm2] [--engines edgellama,llama-server]
-        [--modes required,auto,plain] [-n N] [-t 2] [-c 4096] [--max-tokens 128] [-v] [--json FILE]
+        [--modes required,auto,plain[,prompted]] [-n N] [-t 2] [-c 4096] [--max-tokens 128] [-v] [--json FILE]
 
 Real measurement (about 20-30 minutes on this host): `nice python bench/tools_vs_llama_server.py --json
 /tmp/tools.json`
@@ -26,7 +26,10 @@ model and stopped with SIGTERM (then waited for) at the end of its part:
 Each request is sent as `POST /v1/chat/completions` {messages, tools, tool_choice, temperature 0, max_tokens
 128} once per mode: `required` (edgellama constrains the reply by a grammar built from the tools' schemas;
 llama-server by its own), `auto` (the model chooses), and `plain`: the same messages with no tools at all (a
-plain answer, for the speed comparison only). The modes of one request follow each other (required, auto,
+plain answer, for the speed comparison only); optionally `prompted`: no tools field, the tools written into a
+system message in llama.cpp's generic wording (the very prompt edgellama gives SmolLM2, whose template has no
+tools; about as long as Qwen's tool prompt), so required against it is the grammar's cost at the same context
+length, without the longer prompt's. The modes of one request follow each other (required, auto,
 plain; the next request in the reverse order), so a change in the host's load lands on all of them; one
 warm-up request per server first (not counted).
 
@@ -75,13 +78,26 @@ MODELS = {
                     "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
 ENGINES = ("edgellama", "llama-server")
-MODES = ("required", "auto", "plain")
-TOOL_MODES = ("required", "auto")
+MODES = ("required", "auto", "plain", "prompted")
+DEFAULT_MODES = ("required", "auto", "plain")
+SPEED_MODES = ("plain", "prompted")  # replies timed, not judged
 OUTCOMES = ("valid", "wrong_values", "invalid_args", "wrong_tool", "no_call", "error")
 REQUESTS = Path(__file__).resolve().parent / "tool_requests.json"
 TARGET_SPEED_RATIO = 0.9  # edgellama: tok/s of a constrained call against a plain answer
 STOP_S = 30.0  # SIGTERM, then this long before SIGKILL
 PAUSE_S = 0.1  # between requests: lets the pool threads of the last one stop spinning
+
+
+def git_head() -> str:
+    """The checkout's commit (and whether edgellama/ has uncommitted changes): the code each server ran."""
+    try:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "edgellama"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+    return head + (" + uncommitted changes in edgellama/" if dirty else "")
 
 
 def uptime() -> str:
@@ -137,7 +153,13 @@ def make_validator() -> tuple[str, Any]:
         v = jsonschema.Draft202012Validator(schema, format_checker=checker)
         return [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in v.iter_errors(instance)]
 
-    return f"jsonschema {getattr(jsonschema, '__version__', '')}".strip(), validate
+    try:
+        from importlib.metadata import version
+
+        name = f"jsonschema {version('jsonschema')}"
+    except ImportError:
+        name = "jsonschema"
+    return name, validate
 
 
 TYPES: dict[str, Any] = {
@@ -340,9 +362,20 @@ STARTERS = {"edgellama": edgellama_server, "llama-server": llama_server}
 
 # ---------------------------------------------------------------- measurement
 
+def generic_system(tools: list[dict[str, Any]]) -> str:
+    """The tools as system text, in llama.cpp's generic wording (the prompt edgellama gives a model whose
+    template has no tools, e.g. SmolLM2): for the `prompted` mode, a tool request's context without its grammar."""
+    return ("You can call these tools. To call one, answer with only a JSON object "
+            '{"tool_call": {"name": <tool name>, "arguments": <arguments object>}}; otherwise answer with '
+            '{"response": <your answer as a string>}.\nTools:\n'
+            + "\n".join(json.dumps(t["function"], ensure_ascii=False) for t in tools))
+
+
 def body_of(req: dict[str, Any], mode: str, a: argparse.Namespace) -> dict[str, Any]:
     body: dict[str, Any] = {"model": "m", "messages": req["messages"], "temperature": 0, "max_tokens": a.max_tokens}
-    if mode != "plain":
+    if mode == "prompted":
+        body["messages"] = [{"role": "system", "content": generic_system(req["tool_defs"])}, *req["messages"]]
+    elif mode != "plain":
         body.update(tools=req["tool_defs"], tool_choice=mode)
     return body
 
@@ -372,15 +405,16 @@ def ask(srv: Server, req: dict[str, Any], mode: str, a: argparse.Namespace, vali
         return dict(rec, outcome="error", detail=f"unreadable reply ({e}): {raw[:500]!r}")
     n, secs, src = speed_of(reply, wall)
     rec.update(finish_reason=choice.get("finish_reason"), predicted_n=n, gen_s=round(secs, 5), speed_from=src,
+               prompt_tokens=(reply.get("usage") or {}).get("prompt_tokens"),
                content=str((choice.get("message") or {}).get("content"))[:300])
-    if mode == "plain":
-        return dict(rec, outcome="plain")
+    if mode in SPEED_MODES:
+        return dict(rec, outcome=mode)
     return dict(rec, **judge(req, reply, validate))
 
 
 def run_engine(engine: str, a: argparse.Namespace, model: Path, reqs: list[dict[str, Any]], validate: Any,
                tmp: Path) -> dict[str, Any]:
-    res: dict[str, Any] = {"loadavg_start": loadavg()}
+    res: dict[str, Any] = {"loadavg_start": loadavg(), "edgellama_commit": git_head()}
     srv = None
     try:
         srv = STARTERS[engine](a, model, tmp)
@@ -393,7 +427,7 @@ def run_engine(engine: str, a: argparse.Namespace, model: Path, reqs: list[dict[
             for mode in order:
                 rec = ask(srv, req, mode, a, validate)
                 replies.append(rec)
-                if a.verbose and rec["outcome"] not in ("valid", "plain"):
+                if a.verbose and rec["outcome"] not in ("valid", *SPEED_MODES):
                     print(f"    {req['id']} {mode:8s} {rec['outcome']}: {json.dumps(rec.get('detail'))[:200]}",
                           flush=True)
             if not srv.alive():
@@ -462,7 +496,7 @@ def report(runs: list[dict[str, Any]], modes: list[str]) -> tuple[list[dict[str,
             rows.append({"model": run["model"], "engine": run["engine"], "mode": mode, **rate,
                          "tok_s": ts and ts["tok_s"]})
             tps = f"{ts['tok_s']:6.1f}" if ts else "     -"
-            if mode == "plain":
+            if mode in SPEED_MODES:
                 print(f"{run['model']:8s} {run['engine']:12s} {mode:8s} {rate['n']:3d} {'':>5s} {'':>6s} {'':>7s} "
                       f"{'':>10s} {'':>12s} {'':>12s} {'':>7s} {rate['error']:5d} {tps}  {la}")
                 continue
@@ -473,19 +507,22 @@ def report(runs: list[dict[str, Any]], modes: list[str]) -> tuple[list[dict[str,
                   f"{tps}  {la}")
         if "error" in run:
             print(f"  {run['model']} {run['engine']}: ERROR {run['error']}")
-    if "plain" in modes and "required" in modes:
-        print(f"\ngeneration speed, tool_choice required against a plain answer (same requests, no tools), "
-              f"goal for edgellama >= {TARGET_SPEED_RATIO}")
-        print(f"{'model':8s} {'engine':12s} {'required tok/s':>14s} {'(tokens)':>9s} {'plain tok/s':>11s} "
+    for den in SPEED_MODES:
+        if den not in modes or "required" not in modes:
+            continue
+        what = ("a plain answer (same requests, no tools)" if den == "plain" else
+                "an answer to the tools written as system text (no tools field: same context length, no grammar)")
+        print(f"\ngeneration speed, tool_choice required against {what}, goal for edgellama >= {TARGET_SPEED_RATIO}")
+        print(f"{'model':8s} {'engine':12s} {'required tok/s':>14s} {'(tokens)':>9s} {den + ' tok/s':>14s} "
               f"{'(tokens)':>9s} {'ratio':>6s} {'median of pairs':>15s}")
         for run in runs:
-            sr = speed_ratio(run.get("replies", []), "required", "plain")
+            sr = speed_ratio(run.get("replies", []), "required", den)
             if sr is None:
                 continue
-            speed.append({"model": run["model"], "engine": run["engine"], **sr})
+            speed.append({"model": run["model"], "engine": run["engine"], "against": den, **sr})
             med = f"{sr['median_paired']:.2f}" if sr["median_paired"] is not None else "-"
             print(f"{run['model']:8s} {run['engine']:12s} {sr['required']['tok_s']:14.1f} "
-                  f"{sr['required']['tokens']:9d} {sr['plain']['tok_s']:11.1f} {sr['plain']['tokens']:9d} "
+                  f"{sr['required']['tokens']:9d} {sr[den]['tok_s']:14.1f} {sr[den]['tokens']:9d} "
                   f"{sr['aggregate']:6.2f} {med:>15s}")
     return rows, speed
 
@@ -504,7 +541,7 @@ def main() -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="qwen,smollm2", help="qwen, smollm2 or GGUF paths, comma-separated")
     ap.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated, of {', '.join(ENGINES)}")
-    ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
+    ap.add_argument("--modes", default=",".join(DEFAULT_MODES), help=f"comma-separated, of {', '.join(MODES)}")
     ap.add_argument("-n", type=int, default=0, help="only the first N requests (default: all)")
     ap.add_argument("--requests", type=Path, default=REQUESTS)
     ap.add_argument("-t", "--threads", type=int, default=2)
@@ -542,7 +579,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tools-bench-") as tmpdir:
         for label, path in models:
             for engine in engines:
-                print(f"{label} {engine}: ...", flush=True)
+                print(f"{label} {engine}: ... (edgellama at {git_head()})", flush=True)
                 tmp = Path(tmpdir) / f"{label}-{engine}"
                 tmp.mkdir()
                 run = {"model": label, "model_path": str(path), "engine": engine,
