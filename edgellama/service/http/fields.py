@@ -250,8 +250,14 @@ def _logprobs(obj: dict[str, Any], v1: dict[str, Any], chat: bool) -> None:
             v1.setdefault(SPELLING, {})["n_probs"] = "logprobs"
 
 
-def openai_completion(obj: dict[str, Any], req_id: str, prompt: Any) -> dict[str, Any]:
-    """POST /v1/completions -> protocol v1, for one of its prompts (an item of prompts())."""
+def openai_completion(obj: dict[str, Any], req_id: str, prompt: Any = None) -> dict[str, Any]:
+    """POST /v1/completions -> protocol v1, for one of its prompts (an item of prompts(); None: the body's
+    own, which must be one)."""
+    if prompt is None:
+        found = prompts(obj.get("prompt"))
+        if len(found) != 1:
+            raise HttpError(400, "field 'prompt' holds several prompts here; give one")
+        prompt = found[0]
     v1: dict[str, Any] = {"id": req_id, "prompt": prompt, "special": True, "stream": False}
     _openai_common(obj, v1)
     _logprobs(obj, v1, chat=False)
