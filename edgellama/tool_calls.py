@@ -26,6 +26,9 @@ JSON_START = {"llama3"}  # formats whose calls are bare JSON: a reply opening wi
 HOLD_JSON = {"hermes", "llama3"}  # formats where a streamed reply opening with `{` is held until it ends
 
 
+HERMES_CALL = '"<tool_call>" "\\n"? tool-call "\\n"? "</tool_call>"'  # GBNF of one Hermes call
+
+
 class ToolError(ValueError):
     """tools / tool_choice / tool messages a client sent that cannot be served; the message names what."""
 
@@ -134,7 +137,7 @@ def call_grammar(fmt: str, tools: list[dict[str, Any]], only: str | None = None,
     body = _call_rules(fmt, tools, only)
     many = parallel and fmt in ("hermes", "mistral")
     if fmt == "hermes":
-        one = '"<tool_call>" "\\n"? tool-call "\\n"? "</tool_call>"'
+        one = HERMES_CALL
         root = f'root ::= {one} ( "\\n"? {one} )*' if many else f"root ::= {one}"
     elif fmt == "mistral":
         root = 'root ::= "[TOOL_CALLS]" "[" tool-call ( "," " "? tool-call )* "]"' if many else \
@@ -168,7 +171,7 @@ def auto_grammar(fmt: str, tools: list[dict[str, Any]], parallel: bool = False) 
         return parse(_merged(root, _call_rules(fmt, tools, None), answer))
     grammar = call_grammar(fmt, tools, None, parallel)
     if fmt == "hermes":  # its other forms: a ```json block, bare JSON
-        one = '"<tool_call>" "\\n"? tool-call "\\n"? "</tool_call>"'
+        one = HERMES_CALL
         rest = f'( "\\n"? {one} )*' if parallel else ""
         root = f'root ::= {one} {rest} | "```json" "\\n"? tool-call "\\n"? "```"'
         grammar = parse(root + "\n" + _call_rules(fmt, tools, None))

@@ -74,10 +74,8 @@ def constrain(sampler: Any, grammar: Any, tokenizer: Any) -> Any:
     """sampler wrapped so that it only draws tokens that keep the output inside grammar (a Grammar, or a
     lazy.LazyGrammar: from its trigger on)."""
     from edgellama.grammar.lazy import LazyGrammar, LazyGrammarSampler
-    from edgellama.grammar.matcher import GrammarMatcher, vocab_trie
-    from edgellama.grammar.sampler import GrammarSampler
+    from edgellama.grammar.sampler import grammar_sampler
 
     if isinstance(grammar, LazyGrammar):
         return LazyGrammarSampler(sampler, grammar, tokenizer)
-
-    return GrammarSampler(sampler, GrammarMatcher(grammar, vocab_trie(tokenizer), set(tokenizer.eot_ids)))
+    return grammar_sampler(sampler, grammar, tokenizer)

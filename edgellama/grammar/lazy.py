@@ -61,11 +61,10 @@ class LazyGrammarSampler:
         return min(found, default=-1)
 
     def _activate(self, head: bytes) -> None:
-        from edgellama.grammar.matcher import GrammarMatcher, vocab_trie
-        from edgellama.grammar.sampler import GrammarSampler
+        from edgellama.grammar.sampler import grammar_sampler
 
-        m = GrammarMatcher(self.lazy.grammar, vocab_trie(self.tokenizer), set(self.tokenizer.eot_ids))
-        sampler = GrammarSampler(self.inner, m)
+        sampler = grammar_sampler(self.inner, self.lazy.grammar, self.tokenizer)
+        m = sampler.matcher
         s = m.g.step(m.g.start, head)
         if s < 0:  # what the model wrote after the trigger is already outside the call's grammar
             self.free = True

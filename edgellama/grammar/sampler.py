@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from edgellama.grammar.matcher import GrammarDeadEnd, GrammarMatcher
+from edgellama.grammar.matcher import GrammarDeadEnd, GrammarMatcher, vocab_trie
 
 
 class GrammarSampler:
@@ -46,3 +46,8 @@ class GrammarSampler:
         if not mask[tok]:  # the inner sampler only picks finite logits unless all are -inf
             tok = int(np.argmax(masked))
         return tok
+
+
+def grammar_sampler(inner: Any, grammar: Any, tokenizer: Any) -> GrammarSampler:
+    """inner under grammar (a parser.Grammar) over tokenizer's vocabulary, its end tokens allowed once complete."""
+    return GrammarSampler(inner, GrammarMatcher(grammar, vocab_trie(tokenizer), set(tokenizer.eot_ids)))

@@ -168,6 +168,14 @@ def prompts(value: Any) -> list[Any]:
     return list(value)
 
 
+def one_prompt(obj: dict[str, Any]) -> Any:
+    """The body's prompt when it must be one (prompts() finds several: a 400)."""
+    found = prompts(obj.get("prompt"))
+    if len(found) != 1:
+        raise HttpError(400, "field 'prompt' holds several prompts here; give one")
+    return found[0]
+
+
 def n_choices(obj: dict[str, Any], name: str = "n") -> int:
     n = obj.get(name, 1)
     if n is None:
@@ -194,10 +202,7 @@ def llama_completion(obj: dict[str, Any], req_id: str, prompt: Any = None) -> di
     its prompts (prompt: one item of prompts(); None: the body's own, which must be one)."""
     _neutral(obj)
     if prompt is None:
-        found = prompts(obj.get("prompt"))
-        if len(found) != 1:
-            raise HttpError(400, "field 'prompt' holds several prompts here; give one")
-        prompt = found[0]
+        prompt = one_prompt(obj)
     # llama-server parses special tokens in prompts; its stream default is false (protocol v1's is true)
     v1: dict[str, Any] = {"id": req_id, "prompt": prompt, "special": True, "stream": False}
     for name in (*SAMPLING, "n_predict", "stop", "stream", "n_probs"):
@@ -254,10 +259,7 @@ def openai_completion(obj: dict[str, Any], req_id: str, prompt: Any = None) -> d
     """POST /v1/completions -> protocol v1, for one of its prompts (an item of prompts(); None: the body's
     own, which must be one)."""
     if prompt is None:
-        found = prompts(obj.get("prompt"))
-        if len(found) != 1:
-            raise HttpError(400, "field 'prompt' holds several prompts here; give one")
-        prompt = found[0]
+        prompt = one_prompt(obj)
     v1: dict[str, Any] = {"id": req_id, "prompt": prompt, "special": True, "stream": False}
     _openai_common(obj, v1)
     _logprobs(obj, v1, chat=False)

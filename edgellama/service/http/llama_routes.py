@@ -16,7 +16,7 @@ from edgellama.service.api import ModelView, NotReady, Tokenizer
 from edgellama.service.http import fanout
 from edgellama.service.http import fields as F
 from edgellama.service.http.connection import HttpConnection
-from edgellama.service.http.model_choice import body_model, choose, loaded, model, query_model
+from edgellama.service.http.model_choice import body_model, choose_all, loaded, model, query_model
 
 
 def sse(obj: Any) -> bytes:
@@ -122,9 +122,7 @@ async def completion(conn: HttpConnection, req: h11.Request, body: bytes) -> Non
     streamed as their chunks come, each with its `index`."""
     obj = F.json_body(body)
     creqs = [F.parse_v1(F.llama_completion(obj, conn.next_id(), p)) for p in F.prompts(obj.get("prompt"))]
-    model = choose(conn, creqs[0])
-    for c in creqs[1:]:
-        c.model = model
+    choose_all(conn, creqs)
     texts: list[list[str]] = [[] for _ in creqs]
     results: dict[int, dict[str, Any]] = {}
     async for i, ev in fanout.merged(conn, creqs):

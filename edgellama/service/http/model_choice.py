@@ -58,3 +58,11 @@ def choose(conn: HttpConnection, req: P.Completion | P.Embedding) -> str:
     except P.ProtocolError as exc:
         raise F.from_protocol_error(exc.code, str(exc)) from None
     return req.model
+
+
+def choose_all(conn: HttpConnection, reqs: list[P.Completion]) -> str:
+    """One model answers every request of one HTTP request (an alias picks it once); its name."""
+    model = choose(conn, reqs[0])
+    for r in reqs[1:]:
+        r.model = model
+    return model

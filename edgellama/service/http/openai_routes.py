@@ -16,7 +16,7 @@ from edgellama.service.http import fanout
 from edgellama.service.http import fields as F
 from edgellama.service.http.connection import HttpConnection
 from edgellama.service.http.llama_routes import sse
-from edgellama.service.http.model_choice import choose
+from edgellama.service.http.model_choice import choose_all
 
 DONE = b"data: [DONE]\n\n"
 
@@ -37,9 +37,7 @@ def _finish(done: dict[str, Any]) -> str:
 def _requests(conn: HttpConnection, v1s: list[dict[str, Any]]) -> list[P.Completion]:
     """The mapped requests checked by protocol v1; one model answers them all (an alias picks it once)."""
     creqs = [F.parse_v1(v) for v in v1s]
-    model = choose(conn, creqs[0])
-    for c in creqs[1:]:
-        c.model = model
+    choose_all(conn, creqs)
     return creqs
 
 
