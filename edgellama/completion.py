@@ -174,19 +174,21 @@ class CompletionAPI:
         tools / tool_choice (auto, none, required, {"type": "function", "function": {"name": ...}}) /
         parallel_tool_calls: OpenAI's; the reply's calls in message.tool_calls with finish_reason
         "tool_calls"; required or a named function constrain the reply to a call that parses (edgellama.
-        tool_calls). A streamed reply with tools is generated whole, then sent as chunks."""
-        from edgellama.tool_calls import call_format, check_choice, check_tools, choice_grammar, parse_reply
+        tool_calls); streamed, a call arrives as OpenAI's deltas while it is written (edgellama.tool_stream)."""
+        from edgellama.tool_calls import call_format, check_choice, check_tools, choice_grammar
 
         tool_list = check_tools(tools) if tools else []
         choice = check_choice(tool_choice, tool_list)
         if choice not in ("auto", "none") and (grammar is not None or response_format is not None):
             raise ValueError("tool_choice required (or a named function) constrains the reply: give no grammar or "
                              "response_format with it")
+        live = False  # calls held by the call grammar: streamed as they are written
         if choice == "none":
             tool_list = []
         elif grammar is None and response_format is None:  # a call that begins is held to the tools' schemas
             grammar = choice_grammar(call_format(getattr(self.chat, "source", "")), tool_list, choice,
                                      bool(parallel_tool_calls))
+            live = True
         if top_logprobs is not None and (not logprobs or isinstance(top_logprobs, bool)
                                          or not 0 <= top_logprobs <= MAX_TOP):
             raise ValueError(f"top_logprobs must be an integer in 0..{MAX_TOP}, with logprobs=True")
@@ -214,13 +216,23 @@ class CompletionAPI:
         def lp(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
             return {"content": openai_chat_content(entries)} if n_probs >= 0 else None
 
-        if tool_list:  # the reply is parsed whole: its calls are known only at its end
-            reply = self._chat_reply(pieces, call_format(getattr(fmt, "source", "")), tool_list, parse_reply)
-            if not stream:
-                answer = {"index": 0, "message": reply["message"], "logprobs": lp(reply["entries"]),
-                          "finish_reason": reply["finish_reason"]}
-                return dict(head, object="chat.completion", choices=[answer], usage=usage)
-            return iter(self._chat_chunks(dict(head, object="chat.completion.chunk"), reply, lp))
+        if tool_list:
+            from edgellama.tool_stream import ToolStream
+
+            calls = ToolStream(call_format(getattr(fmt, "source", "")), tool_list, live)
+            if stream:
+                return self._chat_tool_chunks(dict(head, object="chat.completion.chunk"), pieces, calls, lp)
+            every, finish = [], None
+            for text, finish, entries in pieces:
+                calls.feed(text)
+                every += entries
+            end = calls.finish()
+            msg: dict[str, Any] = {"role": "assistant", "content": end.content or None if end.calls else end.content}
+            if end.calls:
+                msg["tool_calls"] = [c.openai() for c in end.calls]
+            answer = {"index": 0, "message": msg, "logprobs": lp(every),
+                      "finish_reason": end.finish_reason(finish or "stop")}
+            return dict(head, object="chat.completion", choices=[answer], usage=usage)
         if stream:
             def chunks() -> Iterator[dict[str, Any]]:
                 c = dict(head, object="chat.completion.chunk")
@@ -241,33 +253,31 @@ class CompletionAPI:
                     choices=[{"index": 0, "message": msg, "logprobs": lp(every), "finish_reason": finish}], usage=usage)
 
     @staticmethod
-    def _chat_reply(pieces: Iterator[tuple[str, str | None, list[dict[str, Any]]]], fmt: str,
-                    tools: list[dict[str, Any]], parse: Any) -> dict[str, Any]:
-        """A whole reply with tools: {"message", "finish_reason", "entries" (its logprobs)}."""
-        text, finish, entries = [], None, []
-        for piece, fin, es in pieces:
-            text.append(piece)
-            entries += es
-            finish = fin
-        content, calls = parse("".join(text), fmt, tools)
-        msg: dict[str, Any] = {"role": "assistant", "content": content if not calls else (content or None)}
-        if calls:
-            msg["tool_calls"] = [c.openai() for c in calls]
-        return {"message": msg, "finish_reason": "tool_calls" if calls else finish, "entries": entries}
+    def _chat_tool_chunks(head: dict[str, Any], pieces: Iterator[tuple[str, str | None, list[dict[str, Any]]]],
+                          calls: Any, lp: Any) -> Iterator[dict[str, Any]]:
+        """A reply with tools as OpenAI's stream: the role, content as it can no longer be a call, each call's
+        deltas as it is written (edgellama.tool_stream), the finish."""
+        def delta(d: dict[str, Any], entries: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+            return dict(head, choices=[{"index": 0, "delta": d, "logprobs": lp(entries) if entries else None,
+                                        "finish_reason": None}])
 
-    @staticmethod
-    def _chat_chunks(head: dict[str, Any], reply: dict[str, Any], lp: Any) -> list[dict[str, Any]]:
-        """A whole reply as OpenAI's stream: the role, the content, each call (its index, id, name and
-        arguments in one delta), the finish."""
-        msg = reply["message"]
-        out = [dict(head, choices=[{"index": 0, "delta": {"role": "assistant"}, "logprobs": None,
-                                    "finish_reason": None}])]
-        if msg.get("content"):
-            out.append(dict(head, choices=[{"index": 0, "delta": {"content": msg["content"]},
-                                            "logprobs": lp(reply["entries"]), "finish_reason": None}]))
-        for i, call in enumerate(msg.get("tool_calls", [])):
-            out.append(dict(head, choices=[{"index": 0, "delta": {"tool_calls": [{"index": i, **call}]},
-                                            "logprobs": None, "finish_reason": None}]))
-        out.append(dict(head, choices=[{"index": 0, "delta": {}, "logprobs": None,
-                                        "finish_reason": reply["finish_reason"]}]))
-        return out
+        yield delta({"role": "assistant"})
+        finish: str | None = None
+        held: list[dict[str, Any]] = []  # log-probabilities of tokens whose text is not sent yet
+        for text, finish, entries in pieces:
+            content, deltas = calls.feed(text)
+            held += entries
+            if content:
+                yield delta({"content": content}, held)
+                held = []
+            if deltas:
+                yield delta({"tool_calls": deltas}, held)
+                held = []
+        end = calls.finish()
+        if end.rest:
+            yield delta({"content": end.rest}, held)
+            held = []
+        if end.deltas:
+            yield delta({"tool_calls": end.deltas}, held)
+        yield dict(head, choices=[{"index": 0, "delta": {}, "logprobs": lp(held) if held else None,
+                                   "finish_reason": end.finish_reason(finish or "stop")}])

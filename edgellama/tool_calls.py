@@ -207,6 +207,84 @@ def _objects(text: str) -> list[tuple[int, int, Any]]:
     return out
 
 
+_DEC = json.JSONDecoder()
+
+
+def skip_space(text: str, i: int, extra: str = "") -> int:
+    while i < len(text) and text[i] in " \t\r\n" + extra:
+        i += 1
+    return i
+
+
+def scan(text: str, i: int) -> tuple[list[tuple[str | None, int, int | None]], int | None]:
+    """The members of the JSON object (or the elements of the array) opening at text[i], as far as text goes:
+    [(key, or None in an array; value start; value end, None while unfinished)], and where it closes (None:
+    not yet; -1: not JSON). A value that ends with the text and could still grow (a number) is unfinished."""
+    close = "}" if text[i] == "{" else "]"
+    out: list[tuple[str | None, int, int | None]] = []
+    j = skip_space(text, i + 1)
+    if j < len(text) and text[j] == close:
+        return out, j + 1
+    while j < len(text):
+        key = None
+        if close == "}":
+            if text[j] != '"':
+                return out, -1
+            try:
+                key, j = _DEC.raw_decode(text, j)
+            except json.JSONDecodeError:
+                return out, None  # the key is still being written
+            j = skip_space(text, j)
+            if j >= len(text):
+                return out, None
+            if text[j] != ":":
+                return out, -1
+            j = skip_space(text, j + 1)
+        try:
+            end = _DEC.raw_decode(text, j)[1]
+        except json.JSONDecodeError:
+            out.append((key, j, None))
+            return out, None
+        if end == len(text) and text[j] not in '{["':
+            out.append((key, j, None))
+            return out, None
+        out.append((key, j, end))
+        j = skip_space(text, end)
+        if j >= len(text):
+            return out, None
+        if text[j] == ",":
+            j = skip_space(text, j + 1)
+        elif text[j] == close:
+            return out, j + 1
+        else:
+            return out, -1
+    return out, None
+
+
+def _value(text: str, span: tuple[int, int | None] | None) -> Any:
+    return json.loads(text[span[0]:span[1]]) if span is not None and span[1] is not None else None
+
+
+def _call_at(text: str, i: int, names: set[str], fmt: str = "") -> ToolCall | None:
+    """The call written as the JSON object at text[i] ({"name", "arguments" or "parameters"}, or OpenAI's
+    {"type": "function", "function": {...}}), its arguments the model's own JSON text (so streamed deltas of
+    that text add up to it), or None."""
+    members, end = scan(text, i)
+    if end is None or end < 0:
+        return None
+    spans = {k: (s, e) for k, s, e in members if k is not None}
+    if "function" in spans and text[spans["function"][0]] == "{":
+        return _call_at(text, spans["function"][0], names, fmt)
+    name = _value(text, spans.get("name"))
+    args = spans.get("arguments", spans.get("parameters"))
+    if not isinstance(name, str) or name not in names or args is None:
+        return None
+    raw = text[args[0]:args[1]]
+    arguments = json.loads(raw) if raw.startswith('"') else raw  # arguments given as JSON text
+    call_ref = _value(text, spans.get("id"))
+    return ToolCall(name, str(arguments), call_ref if isinstance(call_ref, str) and call_ref else call_id(fmt))
+
+
 def _xml_call(body: str, names: set[str]) -> ToolCall | None:
     """Qwen3-Coder's form inside <tool_call>: <function=NAME><parameter=KEY>VALUE</parameter>...</function>
     (a value that reads as JSON is that JSON, else the text)."""
@@ -242,65 +320,86 @@ def _call(obj: Any, names: set[str], key: str = "arguments", fmt: str = "") -> T
     return ToolCall(name, text, str(obj.get("id") or call_id(fmt)))
 
 
+def _calls_at(text: str, starts: list[int], names: set[str], fmt: str = "") -> list[ToolCall] | None:
+    """The calls written as the JSON objects starting at starts, or None unless every one is a call."""
+    calls = [_call_at(text, i, names, fmt) if text[i] == "{" else None for i in starts]
+    return [c for c in calls if c is not None] if calls and None not in calls else None
+
+
 def parse_reply(text: str, fmt: str, tools: list[dict[str, Any]]) -> tuple[str, list[ToolCall]]:
-    """A reply -> (its content, the calls in it); text that does not parse as a call stays content."""
+    """A reply -> (its content, the calls in it); text that does not parse as a call stays content. A call's
+    arguments are the JSON text the model wrote."""
     names = {t["function"]["name"] for t in tools}
-    calls: list[ToolCall] = []
     if fmt == "hermes":
-        parts = re.split(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", text, flags=re.DOTALL)
-        content = parts[0]
-        for i in range(1, len(parts), 2):
-            found = _objects(parts[i])
-            call = _call(found[0][2], names) if found else _xml_call(parts[i], names)
-            if call is None:
-                return text, []
-            calls.append(call)
-            content += parts[i + 1] if i + 1 < len(parts) else ""
-        if calls:
-            return content.strip(), calls
-        fenced = re.fullmatch(r"\s*```(?:json)?\s*(.*?)\s*```\s*", text, flags=re.DOTALL)
-        body = fenced.group(1) if fenced else text
-        found = _objects(body)
-        calls = [c for c in (_call(v, names) for _, _, v in found) if c is not None]
-        if calls and len(calls) == len(found) and not body[found[-1][1]:].strip() and not body[:found[0][0]].strip():
-            return "", calls
-        return text, []
+        return _parse_hermes(text, names)
     if fmt == "mistral":
-        head, sep, rest = text.partition("[TOOL_CALLS]")
-        if not sep:
-            return text, []
-        if "[ARGS]" in rest:  # newer Mistral templates: [TOOL_CALLS]name[ARGS]{...}, repeated
-            for piece in text[len(head):].split("[TOOL_CALLS]")[1:]:
-                name, _, args = piece.partition("[ARGS]")
-                found = _objects(args)
-                call = _call({"name": name.strip(), "arguments": found[0][2]}, names, fmt="mistral") if found else None
-                if call is None:
-                    return text, []
-                calls.append(call)
-            return head.strip(), calls
-        found = _objects(rest)
-        items = found[0][2] if found and isinstance(found[0][2], list) else [v for _, _, v in found]
-        calls = [c for c in (_call(v, names, fmt="mistral") for v in items) if c is not None]
-        return (head.strip(), calls) if calls and len(calls) == len(items) else (text, [])
+        return _parse_mistral(text, names)
     if fmt == "llama3":
         body = text.split("<|python_tag|>", 1)[1] if "<|python_tag|>" in text else text
         found = _objects(body)
-        calls = [c for c in (_call(v, names, "parameters") for _, _, v in found) if c is not None]
-        return ("", calls) if calls and len(calls) == len(found) and not body[found[-1][1]:].strip() else (text, [])
-    found = _objects(text)  # generic
+        calls = _calls_at(body, [i for i, _, _ in found], names) if found else None
+        return ("", calls) if calls and not body[found[-1][1]:].strip() else (text, [])
+    found = _objects(text)  # generic: {"tool_call": {...}}, {"tool_calls": [...]} or {"response": text}
     if len(found) == 1 and isinstance(found[0][2], dict):
+        members, _ = scan(text, found[0][0])
+        spans = {k: (s, e) for k, s, e in members}
         obj = found[0][2]
         if isinstance(obj.get("tool_call"), dict):
-            call = _call(obj["tool_call"], names)
-            if call is not None:
-                return "", [call]
+            calls = _calls_at(text, [spans["tool_call"][0]], names)
+            if calls:
+                return "", calls
         if isinstance(obj.get("tool_calls"), list):
-            calls = [c for c in (_call(v, names) for v in obj["tool_calls"]) if c is not None]
+            calls = _calls_at(text, [s for _, s, _ in scan(text, spans["tool_calls"][0])[0]], names)
             if calls:
                 return "", calls
         if isinstance(obj.get("response"), str):
             return obj["response"], []
     return text, []
+
+
+def _parse_hermes(text: str, names: set[str]) -> tuple[str, list[ToolCall]]:
+    parts = re.split(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", text, flags=re.DOTALL)
+    content = parts[0]
+    calls: list[ToolCall] = []
+    for i in range(1, len(parts), 2):
+        found = _objects(parts[i])
+        got = _calls_at(parts[i], [found[0][0]], names) if found else None
+        call = got[0] if got else (None if found else _xml_call(parts[i], names))
+        if call is None:
+            return text, []
+        calls.append(call)
+        content += parts[i + 1] if i + 1 < len(parts) else ""
+    if calls:
+        return content.strip(), calls
+    fenced = re.fullmatch(r"\s*```(?:json)?\s*(.*?)\s*```\s*", text, flags=re.DOTALL)
+    body = fenced.group(1) if fenced else text
+    found = _objects(body)
+    got = _calls_at(body, [i for i, _, _ in found], names) if found else None
+    if got and not body[found[-1][1]:].strip() and not body[:found[0][0]].strip():
+        return "", got
+    return text, []
+
+
+def _parse_mistral(text: str, names: set[str]) -> tuple[str, list[ToolCall]]:
+    head, sep, rest = text.partition("[TOOL_CALLS]")
+    if not sep:
+        return text, []
+    calls: list[ToolCall] = []
+    if "[ARGS]" in rest:  # newer Mistral templates: [TOOL_CALLS]name[ARGS]{...}, repeated
+        for piece in text[len(head):].split("[TOOL_CALLS]")[1:]:
+            name, _, args = piece.partition("[ARGS]")
+            found = _objects(args)
+            if not found or name.strip() not in names:
+                return text, []
+            calls.append(ToolCall(name.strip(), args[found[0][0]:found[0][1]], call_id("mistral")))
+        return head.strip(), calls
+    found = _objects(rest)
+    if found and isinstance(found[0][2], list):
+        starts = [s for _, s, _ in scan(rest, found[0][0])[0]]
+    else:
+        starts = [i for i, _, _ in found]
+    got = _calls_at(rest, starts, names, "mistral") if starts else None
+    return (head.strip(), got) if got else (text, [])
 
 
 def call_format(template: str) -> str:

@@ -219,8 +219,8 @@ def test_qwen_calls_tools_over_the_socket_with_the_openai_sdk(qwen_path: Path) -
             parts = list(client.chat.completions.create(model="qwen", messages=ask, tools=TOOLS, tool_choice="required",
                                                         temperature=0, max_tokens=96, stream=True))
             deltas = [tc for p in parts if p.choices for tc in (p.choices[0].delta.tool_calls or [])]
-            assert deltas and deltas[0].function.name == "get_weather"
-            assert json.loads(deltas[0].function.arguments) == json.loads(call.function.arguments)
+            assert deltas and deltas[0].function.name == "get_weather" and len(deltas) > 3
+            assert "".join(d.function.arguments or "" for d in deltas) == call.function.arguments
             assert parts[-1].choices[0].finish_reason == "tool_calls"
         with srv.connect() as c:  # protocol v1
             events = c.ask({"id": 1, "messages": ask, "tools": TOOLS, "tool_choice": "required", "temperature": 0,
@@ -250,6 +250,22 @@ def test_smollm2_calls_through_the_generic_format_over_the_socket(smollm2_path: 
             args = json.loads(call.function.arguments)
             assert ("minutes" in args and isinstance(args["minutes"], int)) if call.function.name == "set_timer" else (
                 isinstance(args["city"], str))
+            # streamed: the call's id and name in its first delta, its arguments as they are written
+            parts = list(client.chat.completions.create(
+                model="x", messages=[{"role": "user", "content": "Start a timer for 4 minutes."}], tools=TOOLS,
+                tool_choice="required", temperature=0, max_tokens=64, stream=True))
+            deltas = [tc for p in parts if p.choices for tc in (p.choices[0].delta.tool_calls or [])]
+            assert deltas[0].id and deltas[0].function.name == call.function.name
+            assert len(deltas) > 3 and all(d.id is None and d.function.name is None for d in deltas[1:])
+            assert "".join(d.function.arguments or "" for d in deltas) == call.function.arguments
+            assert parts[-1].choices[0].finish_reason == "tool_calls"
+            # auto: the generic format's {"response": ...} streams as the answer's text
+            said = [p.choices[0].delta.content for p in client.chat.completions.create(
+                model="x", messages=[{"role": "user", "content": "Say hello."}], tools=TOOLS, temperature=0,
+                max_tokens=48, stream=True) if p.choices and p.choices[0].delta.content]
+            whole = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Say hello."}],
+                                                   tools=TOOLS, temperature=0, max_tokens=48).choices[0].message
+            assert len(said) > 2 and "".join(said) == whole.content and not whole.tool_calls
             free = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Say hello."}],
                                                   tools=TOOLS, tool_choice="none", temperature=0, max_tokens=8)
             assert free.choices[0].message.content and not free.choices[0].message.tool_calls
@@ -259,3 +275,27 @@ def test_smollm2_calls_through_the_generic_format_over_the_socket(smollm2_path: 
     finally:
         srv.terminate()
         srv.kill()
+
+
+def test_the_python_api_streams_calls_as_they_are_written(smollm2_path: Path) -> None:
+    """LLM.create_chat_completion with tools: the stream's deltas add up to the answer given whole; the
+    tokens' log-probabilities all arrive, whether their text went out as content or as a call."""
+    from edgellama import LLM
+
+    ask = [{"role": "user", "content": "Start a timer for 4 minutes."}]
+    with LLM(smollm2_path, n_ctx=1024, n_threads=2) as llm:
+        kw: dict[str, Any] = dict(tools=TOOLS, tool_choice="required", temperature=0, max_tokens=64)
+        whole = llm.create_chat_completion(ask, logprobs=True, **kw)
+        call = whole["choices"][0]["message"]["tool_calls"][0]
+        assert whole["choices"][0]["finish_reason"] == "tool_calls"
+        parts = list(llm.create_chat_completion(ask, stream=True, logprobs=True, **kw))
+        deltas = [d for p in parts for d in p["choices"][0]["delta"].get("tool_calls", [])]
+        assert deltas[0]["id"] and deltas[0]["function"]["name"] == call["function"]["name"] and len(deltas) > 3
+        assert "".join(d["function"].get("arguments", "") for d in deltas) == call["function"]["arguments"]
+        entries = [e for p in parts if p["choices"][0]["logprobs"] for e in p["choices"][0]["logprobs"]["content"]]
+        assert [e["token"] for e in entries] == [e["token"] for e in whole["choices"][0]["logprobs"]["content"]]
+        assert parts[-1]["choices"][0]["finish_reason"] == "tool_calls"
+        # cut by max_tokens inside the call: finish_reason length, the call as far as it was written
+        cut = llm.create_chat_completion(ask, **dict(kw, max_tokens=20))["choices"][0]
+        assert cut["finish_reason"] == "length"
+        assert call["function"]["arguments"].startswith(cut["message"]["tool_calls"][0]["function"]["arguments"])

@@ -37,6 +37,7 @@ from edgellama.tokenizers.chat import ChatPrompt, render_prompt, system_prefix
 
 if TYPE_CHECKING:
     from edgellama.llm import LLM
+    from edgellama.tool_stream import ToolStream
 
 __all__ = ["EngineConfig", "Job", "Scheduler", "render_chat"]
 
@@ -436,7 +437,7 @@ class Scheduler:
                 raise P.ProtocolError(P.CONTEXT, f"the prompt has {len(ids)} tokens; the context holds "
                                       f"{llm.n_ctx} (-c), with room for at least one more", req.id)
             scales = self._scales(req)
-            tool_fmt = self._tool_format(req)
+            tools = self._tool_stream(req)
             self._fault("admit", [job])
             slot = slots.best_slot(ids, scales)
             assert slot is not None  # admitted only while a slot is idle
@@ -448,7 +449,7 @@ class Scheduler:
                     and llm.seq_scales(slot.index) == tuple(llm.lora_scales)):  # the state has the start-up scales
                 slots.load(slot, self.system_tokens, self.system_state)  # the system prompt's KV, not evaluated again
             n_cached = slots.start(slot, ids)
-            r = SlotRequest(job, slot, len(ids), n_cached, llm.n_batch, t_start, self.cfg.log_prompts, tool_fmt)
+            r = SlotRequest(job, slot, len(ids), n_cached, llm.n_batch, t_start, self.cfg.log_prompts, tools)
             stops = list(req.stop) + (list(llm.chat.stop_pieces) if req.messages is not None else [])
             r.gen = Generation(llm.tokenizer, ids, build_sampler(req, llm.tokenizer, llm.n_ctx),
                                n_predict=effective_n_predict(req.n_predict, self.cfg.max_tokens), stops=stops,
@@ -469,19 +470,21 @@ class Scheduler:
             self.busy[slot.index] = job
         return r
 
-    def _tool_format(self, req: P.Completion) -> str | None:
-        """The model's call format when req may call tools (None otherwise); req's constraint becomes the
-        grammar of a call (required, a named function: from the first token; auto: from a call's marker),
-        so a call parses."""
+    def _tool_stream(self, req: P.Completion) -> ToolStream | None:
+        """The reply's stream of content and calls when req may call tools (None otherwise); req's
+        constraint becomes the grammar of a call (required, a named function: from the first token; auto:
+        from a call's marker), so a call parses, and its deltas stream as it is written."""
         from edgellama.tool_calls import call_format, choice_grammar
+        from edgellama.tool_stream import ToolStream
 
         if not req.tools or req.tool_choice == "none":
             return None
         assert self.llm is not None
         fmt = call_format(getattr(self.llm.chat, "source", ""))
-        if req.constraint is None:
+        live = req.constraint is None
+        if live:
             req.constraint = choice_grammar(fmt, req.tools, req.tool_choice, req.parallel_tool_calls)
-        return fmt
+        return ToolStream(fmt, req.tools, live)
 
     def _refuse(self, job: Job, slot: Any, event: dict[str, Any]) -> None:
         if slot is not None:

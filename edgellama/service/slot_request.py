@@ -18,11 +18,12 @@ from edgellama.service.job import Job
 if TYPE_CHECKING:
     from edgellama.service.metrics import Metrics
     from edgellama.slots import Slot
+    from edgellama.tool_stream import ToolStream
 
 
 class SlotRequest:
     def __init__(self, job: Job, slot: Slot, n_prompt: int, n_cached: int, n_batch: int, t_start: float,
-                 log_prompts: bool = False, tool_fmt: str | None = None) -> None:
+                 log_prompts: bool = False, tools: ToolStream | None = None) -> None:
         self.job, self.slot = job, slot
         self.n_cached = n_cached
         self.n_eval = n_prompt - n_cached
@@ -32,9 +33,7 @@ class SlotRequest:
         self.log_prompts = log_prompts
         self.gen: Generation | None = None  # set by the scheduler once the sampler is built
         self.probs: list[dict[str, Any]] = []  # log-probabilities not yet sent (logprobs / n_probs)
-        self.tool_fmt = tool_fmt  # the model's call format when the request may call tools
-        self.reply: list[str] = []  # the whole reply text (with tools: parsed at the end)
-        self.released = 0  # characters of it streamed (with tools: never past the start of a call)
+        self.tools = tools  # the reply's content and calls, when the request may call tools
 
     def send(self, text: str, token: int) -> None:
         """Generation's callback: a token's released text as a token event (or kept for the done event);
@@ -51,59 +50,35 @@ class SlotRequest:
             return
         if self.log_prompts or not req.stream:
             job.output.append(text)
-        if self.tool_fmt is not None:
-            self.reply.append(text)
-            text = self._releasable()
-        if req.stream and text:
-            self._emit_text(text)
+        deltas: list[dict[str, Any]] = []
+        if self.tools is not None:
+            text, deltas = self.tools.feed(text)
+        if req.stream and (text or deltas):
+            self._emit(text, deltas)
 
-    def _emit_text(self, text: str) -> None:
-        event: dict[str, Any] = {"event": "token", "id": self.job.req.id, "text": text}
-        if self.probs:
-            event["probs"], self.probs = self.probs, []
-        self.job.emit(event)
-
-    def _releasable(self) -> str:
-        """With tools: the reply's text that can no longer be part of a call (before the format's call
-        marker, holding what could be its beginning; none once a call began, nor for a format whose calls
-        are bare JSON)."""
-        from edgellama.tool_calls import HOLD_JSON, TRIGGERS
-
-        full = "".join(self.reply)
-        triggers = TRIGGERS.get(self.tool_fmt or "", ())
-        if not triggers or (self.tool_fmt in HOLD_JSON and self.released == 0 and full.lstrip()[:1] in ("", "{")):
-            return ""  # a reply that may be a bare JSON call is held until it ends
-        at = min((full.find(t) for t in triggers if t in full), default=-1)
-        if at >= 0:
-            end = at
-        else:
-            end = len(full)
-            for t in triggers:  # a tail that may still grow into a marker stays held
-                for k in range(min(len(t) - 1, len(full)), 0, -1):
-                    if full.endswith(t[:k]):
-                        end = min(end, len(full) - k)
-                        break
-        end = max(end, self.released)
-        out, self.released = full[self.released:end], end
-        return out
+    def _emit(self, text: str, deltas: list[dict[str, Any]]) -> None:
+        """A token event for text and a tool_calls event for call deltas (OpenAI's items), the first one
+        sent carrying the log-probabilities not yet sent."""
+        rid = self.job.req.id
+        events: list[dict[str, Any]] = ([{"event": "token", "id": rid, "text": text}] if text else []) + (
+            [{"event": "tool_calls", "id": rid, "tool_calls": deltas}] if deltas else [])
+        if events and self.probs:
+            events[0]["probs"], self.probs = self.probs, []
+        for event in events:
+            self.job.emit(event)
 
     def _tool_calls(self, done: dict[str, Any]) -> None:
-        """The reply parsed into content and calls: the done event's tool_calls, and the content's part not
-        yet streamed (a streamed request) or all of it (done's content)."""
-        from edgellama.tool_calls import parse_reply
-
-        req = self.job.req
-        assert isinstance(req, P.Completion) and req.tools is not None and self.tool_fmt is not None
-        content, calls = parse_reply("".join(self.reply), self.tool_fmt, req.tools)
-        if calls:
-            done["tool_calls"] = [c.openai() for c in calls]
-        if req.stream:
-            sent = "".join(self.reply)[:self.released]
-            rest = content[len(sent):] if content.startswith(sent) else ""
-            if rest:
-                self._emit_text(rest)
+        """The reply's end: the done event's tool_calls (the calls as streamed; deltas not yet streamed are
+        sent first) and, not streamed, its content."""
+        assert self.tools is not None
+        end = self.tools.finish()
+        if end.calls:
+            done["tool_calls"] = [c.openai() for c in end.calls]
+        if self.job.req.stream:
+            if end.rest or end.deltas:
+                self._emit(end.rest, end.deltas)
         else:
-            done["content"] = content
+            done["content"] = end.content
 
     def step(self, logits: npt.NDArray[np.float32]) -> int | None:
         """The slot's next logits: the token to feed, or None once the request has ended (gen.stop_reason).
@@ -145,7 +120,7 @@ class SlotRequest:
         done: dict[str, Any] = {"event": "done", "id": req.id, "stop_reason": reason, **counts}
         if not req.stream:
             done["content"] = "".join(job.output)
-        if self.tool_fmt is not None:
+        if self.tools is not None:
             self._tool_calls(done)
         if isinstance(req, P.Completion) and req.probs_wanted >= 0:
             done["probs"], self.probs = self.probs, []  # all of them, or (streamed) those no event carried

@@ -31,7 +31,9 @@ def _stream_options(obj: dict[str, Any]) -> bool:
 
 
 def _finish(done: dict[str, Any]) -> str:
-    return "tool_calls" if done.get("tool_calls") else F.FINISH_REASON.get(done["stop_reason"], "stop")
+    """finish_reason: tool_calls for a reply that ended with its calls (a call cut by the limit: length)."""
+    reason = F.FINISH_REASON.get(done["stop_reason"], "stop")
+    return "tool_calls" if done.get("tool_calls") and reason != "length" else reason
 
 
 def _requests(conn: HttpConnection, v1s: list[dict[str, Any]]) -> list[P.Completion]:
@@ -84,13 +86,14 @@ async def _serve(conn: HttpConnection, obj: dict[str, Any], creqs: list[P.Comple
         if ev["event"] == "token":
             begin(i)
             conn.write(sse(chunk(i, ev["text"], None, entries=ev.get("probs", []))))
+        elif ev["event"] == "tool_calls":  # a call's id and name, then its arguments as they are written
+            begin(i)
+            conn.write(sse(base | {"choices": [{"index": i, "delta": {"tool_calls": ev["tool_calls"]},
+                                                "logprobs": logprobs(i, ev.get("probs", [])), "finish_reason": None}]}))
         elif ev["event"] == "done":
             dones[i] = ev
             if creqs[i].stream:
                 begin(i)
-                for k, call in enumerate(ev.get("tool_calls", [])):  # a call whole, in one delta
-                    conn.write(sse(base | {"choices": [{"index": i, "delta": {"tool_calls": [{"index": k, **call}]},
-                                                        "logprobs": None, "finish_reason": None}]}))
                 conn.write(sse(chunk(i, None, _finish(ev), entries=ev.get("probs") or None)
                                | {"timings": F.llama_timings(ev)}))
     usage = F.usage_of([dones[i] for i in sorted(dones)])

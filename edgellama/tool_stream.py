@@ -1,0 +1,185 @@
+"""A reply with tools as it is written, for every front end that streams one (the service's slots, the
+Python API): the text that can no longer be part of a call, released as content, and each call's OpenAI
+deltas (its index, id and name once the name is written, then its arguments' JSON text as the model writes
+it). A call's final arguments are the model's own text (tool_calls.parse_reply keeps it), so the deltas add
+up to the call the reply parses into. Calls stream as they are written only where the call grammar holds
+them (`live`); otherwise each arrives whole at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgellama.tool_calls import HOLD_JSON, TRIGGERS, ToolCall, call_id, parse_reply, scan, skip_space
+
+ARG_KEYS = ("arguments", "parameters")
+
+
+@dataclass
+class Finished:
+    """What a reply ends with: the content not yet released, the last call deltas, the whole content and
+    the calls (as streamed, a call cut short by the token limit included)."""
+    rest: str
+    deltas: list[dict[str, Any]]
+    content: str
+    calls: list[ToolCall] = field(default_factory=list)
+
+    def finish_reason(self, reason: str) -> str:
+        """OpenAI's finish_reason: tool_calls for a reply that ended with its calls, else reason (length)."""
+        return "tool_calls" if self.calls and reason != "length" else reason
+
+
+class ToolStream:
+    def __init__(self, fmt: str, tools: list[dict[str, Any]], live: bool = True) -> None:
+        self.fmt, self.tools, self.live = fmt, tools, live
+        self.names = {t["function"]["name"] for t in tools}
+        self.text = ""
+        self.released = 0  # characters of text released as content (not the generic format's: its JSON)
+        self.shown = ""  # the content released so far
+        self.sent: list[list[str]] = []  # per call streamed: [id, name, arguments so far]
+
+    def feed(self, piece: str) -> tuple[str, list[dict[str, Any]]]:
+        """The reply's next text -> (content to release now, call deltas to send now)."""
+        self.text += piece
+        content = self._content()
+        self.shown += content
+        return content, self._deltas(self._partial_calls()) if self.live else []
+
+    def finish(self) -> Finished:
+        content, calls = parse_reply(self.text, self.fmt, self.tools)
+        deltas: list[dict[str, Any]] = []
+        final: list[ToolCall] = []
+        for k, call in enumerate(calls):
+            if k < len(self.sent):
+                ref, name, args = self.sent[k]
+                if call.name != name or not call.arguments.startswith(args):
+                    break  # not what was streamed (cannot happen under the call grammar): the streamed stands
+                if call.arguments != args:
+                    deltas.append({"index": k, "function": {"arguments": call.arguments[len(args):]}})
+                final.append(ToolCall(name, call.arguments, ref))
+            else:
+                deltas.append({"index": k, **call.openai()})
+                final.append(call)
+        final += [ToolCall(name, args, ref) for ref, name, args in self.sent[len(final):]]
+        if self.sent and not calls:  # a call cut short (the token limit): it stands as streamed
+            content = self.shown
+        rest = content[len(self.shown):] if content.startswith(self.shown) else ""
+        return Finished(rest, deltas, content, final)
+
+    # content
+
+    def _content(self) -> str:
+        if self.fmt == "generic":
+            return self._response_text()
+        full = self.text
+        triggers = TRIGGERS.get(self.fmt, ())
+        if not triggers or (self.fmt in HOLD_JSON and self.released == 0 and full.lstrip()[:1] in ("", "{")):
+            return ""  # a reply that may be a bare JSON call is held until it ends
+        at = min((full.find(t) for t in triggers if t in full), default=-1)
+        if at >= 0:
+            end = at
+        else:
+            end = len(full)
+            for t in triggers:  # a tail that may still grow into a marker stays held
+                for k in range(min(len(t) - 1, len(full)), 0, -1):
+                    if full.endswith(t[:k]):
+                        end = min(end, len(full) - k)
+                        break
+        end = max(end, self.released)
+        out, self.released = full[self.released:end], end
+        return out
+
+    def _response_text(self) -> str:
+        """The generic format's answer {"response": "..."}: the string as far as it is written."""
+        j = skip_space(self.text, 0)
+        if self.text[j:j + 1] != "{":
+            return ""
+        members, _ = scan(self.text, j)
+        if not members or members[0][0] != "response" or self.text[members[0][1]:members[0][1] + 1] != '"':
+            return ""
+        text = _partial_string(self.text, members[0][1], members[0][2])
+        return text[len(self.shown):] if text is not None and text.startswith(self.shown) else ""
+
+    # calls
+
+    def _partial_calls(self) -> list[tuple[str | None, str | None]]:
+        """(name once written, arguments' text so far) of each call begun, in order."""
+        text, out = self.text, []
+        starts: list[int] = []
+        if self.fmt == "hermes":
+            at = min((text.find(t) for t in TRIGGERS["hermes"] if t in text), default=-1)
+            while at >= 0:
+                marker = "<tool_call>" if text.startswith("<tool_call>", at) else "```json"
+                j = skip_space(text, at + len(marker))
+                if text[j:j + 1] != "{":
+                    break
+                starts.append(j)
+                end = scan(text, j)[1]
+                if end is None or end < 0 or marker == "```json":
+                    break
+                at = text.find("<tool_call>", end)
+        elif self.fmt == "llama3":
+            tag = text.find("<|python_tag|>")
+            j = skip_space(text, tag + len("<|python_tag|>") if tag >= 0 else 0)
+            while text[j:j + 1] == "{":
+                starts.append(j)
+                end = scan(text, j)[1]
+                if end is None or end < 0:
+                    break
+                j = skip_space(text, end, ";")
+        elif self.fmt == "mistral":
+            at = text.find("[TOOL_CALLS]")
+            j = skip_space(text, at + len("[TOOL_CALLS]")) if at >= 0 else len(text)
+            if text[j:j + 1] == "[":
+                starts = [s for _, s, _ in scan(text, j)[0] if text[s:s + 1] == "{"]
+        else:
+            j = skip_space(text, 0)
+            if text[j:j + 1] == "{":
+                starts = [s for k, s, _ in scan(text, j)[0] if k == "tool_call" and text[s:s + 1] == "{"]
+        for j in starts:
+            members, _ = scan(text, j)
+            spans = {k: (s, e) for k, s, e in members}
+            name_span, name = spans.get("name"), None
+            if name_span is not None and name_span[1] is not None:
+                value = json.loads(text[name_span[0]:name_span[1]])
+                name = value if isinstance(value, str) else None
+            args = next((spans[k] for k in ARG_KEYS if k in spans), None)
+            out.append((name, None if args is None else text[args[0]:args[1] if args[1] is not None else len(text)]))
+        return out
+
+    def _deltas(self, partial: list[tuple[str | None, str | None]]) -> list[dict[str, Any]]:
+        deltas: list[dict[str, Any]] = []
+        for k, (name, args) in enumerate(partial):
+            if name is None or name not in self.names:
+                break
+            delta: dict[str, Any] = {}
+            if k == len(self.sent):
+                self.sent.append([call_id(self.fmt), name, ""])
+                delta = {"id": self.sent[k][0], "type": "function", "function": {"name": name, "arguments": ""}}
+            so_far = self.sent[k][2]
+            if args is not None and len(args) > len(so_far) and args.startswith(so_far):
+                delta.setdefault("function", {})["arguments"] = args[len(so_far):]
+                self.sent[k][2] = args
+            if delta:
+                deltas.append({"index": k, **delta})
+        return deltas
+
+
+_OPEN_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\(?:u[0-9a-fA-F]{0,3})?$")
+_HIGH_SURROGATE = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}$")
+
+
+def _partial_string(text: str, start: int, end: int | None) -> str | None:
+    """The JSON string at text[start] decoded as far as it is written (an escape being written held back)."""
+    if end is not None:
+        value = json.loads(text[start:end])
+        return value if isinstance(value, str) else None
+    body = _HIGH_SURROGATE.sub("", _OPEN_ESCAPE.sub(r"\1", text[start + 1:]))
+    try:
+        value = json.loads('"' + body + '"', strict=False)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, str) else None
