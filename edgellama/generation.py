@@ -152,6 +152,13 @@ def build_sampler(params: GenParams, tokenizer: Tokenizer, n_ctx: int) -> Any:
     return sampler
 
 
+def _base_sampler(sampler: Any) -> Any:
+    """llama.cpp's chain under a request's wrappers (logit_bias, ignore-eos, grammar): the one that draws."""
+    while hasattr(sampler, "inner"):
+        sampler = sampler.inner
+    return sampler if hasattr(sampler, "keep_draw") else None
+
+
 def effective_n_predict(requested: int, limit: int | None) -> int:
     """A request's token limit under a front end's cap (limit None: none; requested -1: the cap)."""
     if limit is None:
@@ -167,9 +174,10 @@ class Generation:
     def __init__(self, tokenizer: Tokenizer, prompt: Sequence[int], sampler: Any, *, n_predict: int = -1,
                  stops: Iterable[str] = (), eog: Iterable[int] | None = None, keep_stop: bool = False,
                  emit: Callable[[str, int], None] | None = None, model: str = "the model",
-                 n_cached: int = 0, load_ms: float = 0.0, n_probs: int = -1) -> None:
+                 n_cached: int = 0, load_ms: float = 0.0, n_probs: int = -1, post_sampling: bool = False) -> None:
         """n_probs >= 0: each sampled token's log-probability (and the n_probs most likely tokens') is in
-        last_probs when emit is called for it (edgellama.logprobs)."""
+        last_probs when emit is called for it (edgellama.logprobs); post_sampling: the probabilities of the
+        candidates the sampling chain drew it from instead (llama-server's post_sampling_probs)."""
         self.tokenizer = tokenizer
         self.sampler = sampler
         self.n_predict = n_predict
@@ -179,6 +187,9 @@ class Generation:
         self.emit = emit
         self.model = model
         self.n_probs = n_probs
+        self.draws = _base_sampler(sampler) if post_sampling and n_probs >= 0 else None
+        if self.draws is not None:
+            self.draws.keep_draw = True
         self.last_probs: Any = None
         self.dec = StreamDecoder(tokenizer)
         self.held = ""  # decoded text that could still become a stop string
@@ -216,7 +227,12 @@ class Generation:
             raise NonFiniteLogits(f"{self.model} computed non-finite logits ({top}): its weights are damaged "
                                   "or hold NaN/inf values")
         tok = int(self.sampler.sample(logits))
-        if self.n_probs >= 0:
+        if self.draws is not None and self.draws.last_draw is not None:
+            from edgellama.logprobs import drawn_probs
+
+            ids, probs = self.draws.last_draw
+            self.last_probs = drawn_probs(ids, probs, tok, self.n_probs)
+        elif self.n_probs >= 0:
             from edgellama.logprobs import token_probs
 
             self.last_probs = token_probs(logits, tok, self.n_probs)

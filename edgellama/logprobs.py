@@ -1,6 +1,7 @@
 """Token log-probabilities as llama-server reports them (`n_probs`, OpenAI's `logprobs`): the log-softmax of
 the model's logits at the step a token was drawn (before the sampling chain: logit_bias, penalties, top-k,
-temperature leave it unchanged), the drawn token's and the `n` most likely ones'. And their shapes:
+temperature leave it unchanged), the drawn token's and the `n` most likely ones'; or, with llama-server's
+`post_sampling_probs`, the probabilities of the candidates the chain drew from. And their shapes:
 llama-server's `completion_probabilities`, OpenAI's chat and completions `logprobs`, llama-cpp-python's.
 """
 
@@ -22,8 +23,9 @@ class Pieces(Protocol):
 @dataclass(frozen=True)
 class TokenProbs:
     id: int
-    logprob: float
+    logprob: float  # post_sampling: a probability
     top: tuple[tuple[int, float], ...]  # the n most likely tokens, most likely first
+    post_sampling: bool = False
 
 
 def token_probs(logits: npt.NDArray[np.float32], token: int, n: int) -> TokenProbs:
@@ -40,6 +42,15 @@ def token_probs(logits: npt.NDArray[np.float32], token: int, n: int) -> TokenPro
     return TokenProbs(int(token), float(x[token]) - lse, top)
 
 
+def drawn_probs(ids: npt.NDArray[np.int64], probs: npt.NDArray[np.float64], token: int, n: int) -> TokenProbs:
+    """llama-server's post_sampling_probs: the drawn token's probability among the candidates the sampling
+    chain left (0 if it is not one: a grammar's fallback), and the n most probable of them, zeros left out."""
+    order = np.argsort(-probs, kind="stable")
+    where = np.flatnonzero(ids == token)
+    top = tuple((int(ids[i]), float(probs[i])) for i in order[:n] if probs[i] > 0.0)
+    return TokenProbs(int(token), float(probs[where[0]]) if where.size else 0.0, top, post_sampling=True)
+
+
 def piece(tok: Pieces, tid: int) -> tuple[str, list[int]]:
     """A token's text (its bytes as UTF-8, a partial character replaced) and its bytes."""
     b = tok.token_bytes(tid)
@@ -47,13 +58,15 @@ def piece(tok: Pieces, tid: int) -> tuple[str, list[int]]:
 
 
 def llama_entry(tok: Pieces, p: TokenProbs) -> dict[str, Any]:
-    """One item of llama-server's `completion_probabilities` (also protocol v1's `probs`)."""
+    """One item of llama-server's `completion_probabilities` (also protocol v1's `probs`); post-sampling
+    probabilities under llama-server's names for them (`prob`, `top_probs`)."""
+    key, tops = ("prob", "top_probs") if p.post_sampling else ("logprob", "top_logprobs")
     text, raw = piece(tok, p.id)
     top = []
     for tid, lp in p.top:
         t, b = piece(tok, tid)
-        top.append({"id": tid, "token": t, "bytes": b, "logprob": lp})
-    return {"id": p.id, "token": text, "bytes": raw, "logprob": p.logprob, "top_logprobs": top}
+        top.append({"id": tid, "token": t, "bytes": b, key: lp})
+    return {"id": p.id, "token": text, "bytes": raw, key: p.logprob, tops: top}
 
 
 def openai_chat_content(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

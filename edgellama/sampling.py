@@ -43,6 +43,8 @@ class Sampler:
         self._use_history = last_n > 0
         self.rng = np.random.default_rng(self.p.seed)  # None: random
         self.mu = 2.0 * self.p.mirostat_tau
+        self.keep_draw = False  # set: last_draw holds each draw's candidates and probabilities
+        self.last_draw: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None = None
 
     def accept(self, token: int) -> None:
         if self._use_history:
@@ -66,7 +68,10 @@ class Sampler:
         p = self.p
         logits = self._penalize(logits)
         if p.temperature <= 0.0 and not p.mirostat:
-            return int(np.argmax(logits))
+            tok = int(np.argmax(logits))
+            if self.keep_draw:  # llama.cpp's temperature 0 keeps the top token alone: probability 1
+                self.last_draw = (np.array([tok], dtype=np.int64), np.ones(1))
+            return tok
         if p.mirostat == 2:
             return self._mirostat_v2(logits)
         # top-k (0 = all), candidates sorted by descending logit
@@ -87,6 +92,8 @@ class Sampler:
             keep_mask = cand >= cand[0] + math.log(p.min_p)
             idx, cand = idx[keep_mask], cand[keep_mask]
         probs = _softmax(cand / max(p.temperature, 1e-8))
+        if self.keep_draw:
+            self.last_draw = (idx.astype(np.int64), probs)
         return int(idx[self.rng.choice(idx.size, p=probs)])
 
     def _mirostat_v2(self, logits: npt.NDArray[np.float32]) -> int:
@@ -99,6 +106,8 @@ class Sampler:
         keep = max(1, int(np.sum(-np.log2(np.maximum(sorted_p, 1e-300)) <= self.mu)))
         cand = order[:keep]
         cp = sorted_p[:keep] / sorted_p[:keep].sum()
+        if self.keep_draw:
+            self.last_draw = (cand.astype(np.int64), cp)
         j = int(self.rng.choice(keep, p=cp))
         surprise = -math.log2(max(cp[j], 1e-300))
         self.mu -= p.mirostat_eta * (surprise - p.mirostat_tau)

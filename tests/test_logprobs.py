@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgellama.logprobs import token_probs
+from edgellama.logprobs import TokenProbs, drawn_probs, token_probs
+from edgellama.sampling import Sampler, SamplerParams
 from tests.service_util import FAST, ServerProc, openai_over_unix_socket
 from tests.test_service_http import call, curl, sse_data
 
@@ -42,6 +43,25 @@ def test_token_probs_is_a_log_softmax() -> None:
     assert [i for i, _ in p.top] == [1, 2, 0]  # ties: the lower id first
     assert sum(math.exp(lp) for lp in [*(lp for _, lp in p.top), p.logprob, want[3]]) == pytest.approx(1.0)
     assert token_probs(x, 0, 0).top == ()
+
+
+def test_post_sampling_probs_are_the_drawn_candidates() -> None:
+    """drawn_probs: the chain's candidates as probabilities (llama-server's post_sampling_probs)."""
+    logits = np.array([0.0, 3.0, 1.0, 2.0, -1.0], dtype=np.float32)
+    sampler = Sampler(SamplerParams(temp=0.5, top_k=3, top_p=1.0, min_p=0.0, seed=3))
+    sampler.keep_draw = True
+    tok = sampler.sample(logits)
+    assert sampler.last_draw is not None
+    p = drawn_probs(*sampler.last_draw, tok, 2)
+    want = np.exp(np.array([3.0, 2.0, 1.0]) / 0.5)
+    want /= want.sum()
+    assert [t for t, _ in p.top] == [1, 3] and [q for _, q in p.top] == pytest.approx(list(want[:2]))
+    assert p.logprob == pytest.approx(want[[1, 3, 2].index(tok)]) and p.post_sampling
+    greedy = Sampler(SamplerParams(temp=0.0))  # llama.cpp's temperature 0 leaves the top token alone
+    greedy.keep_draw = True
+    tok = greedy.sample(logits)
+    assert greedy.last_draw is not None and tok == 1
+    assert drawn_probs(*greedy.last_draw, tok, 3) == TokenProbs(1, 1.0, ((1, 1.0),), post_sampling=True)
 
 
 def test_python_api_completion_logprobs(smol: Any) -> None:
@@ -105,6 +125,17 @@ def test_logprobs_equal_llama_cpps_with_its_numerics(smollm2_path: Path, peer_si
     assert out["token_logprobs"][0] == pytest.approx(want[toks[0]], abs=1e-9)
     top_ids = np.argsort(-want, kind="stable")[:5]
     assert list(out["top_logprobs"][0].values()) == pytest.approx([want[i] for i in top_ids], abs=1e-9)
+    # post-sampling (top-k 5, temperature 0.7): llama.cpp's chain on its own logits, softmax over the five
+    logits = np.asarray(run.logits[0][-1], dtype=np.float64)
+    kept = logits[top_ids] / 0.7
+    chain = np.exp(kept - kept.max()) / np.exp(kept - kept.max()).sum()
+    sampler = Sampler(SamplerParams(temp=0.7, top_k=5, top_p=1.0, min_p=0.0, seed=1))
+    sampler.keep_draw = True
+    tok = sampler.sample(np.asarray(run.logits[0][-1], dtype=np.float32))
+    assert sampler.last_draw is not None
+    post = drawn_probs(*sampler.last_draw, tok, 5)
+    assert [t for t, _ in post.top] == [int(i) for i in top_ids]
+    assert [p for _, p in post.top] == pytest.approx(list(chain), abs=1e-6)  # llama.cpp's chain is float32
 
 
 def test_service_logprobs(smollm2_path: Path, smol: Any) -> None:
@@ -140,8 +171,28 @@ def test_service_logprobs(smollm2_path: Path, smol: Any) -> None:
         assert status == 400 and "'top_logprobs'" in r["error"]["message"]
         status, r = call(srv, "POST", "/v1/chat/completions", bad | {"logprobs": False, "top_logprobs": 1})
         assert status == 400
-        status, r = call(srv, "POST", "/completion", {"prompt": PROMPT, "post_sampling_probs": True})
-        assert status == 400
+        # post_sampling_probs: the candidates top-k (3) and temperature (0.7) left, as probabilities; the
+        # first step's are the softmax of the three most likely tokens' logprobs over the temperature
+        status, r = call(srv, "POST", "/completion", {"prompt": PROMPT, "n_predict": N, "temperature": 0.7, "top_k": 3,
+                                                      "top_p": 1.0, "min_p": 0.0, "seed": 5, "n_probs": 3,
+                                                      "post_sampling_probs": True})
+        assert status == 200
+        post = r["completion_probabilities"]
+        assert len(post) == N and all({"prob", "top_probs"} <= set(p) and "logprob" not in p for p in post)
+        status, pre = call(srv, "POST", "/completion", {"prompt": PROMPT, "n_predict": 1, "temperature": 0,
+                                                        "n_probs": 3})
+        top3 = np.array([t["logprob"] for t in pre["completion_probabilities"][0]["top_logprobs"]])
+        want = np.exp(top3 / 0.7) / np.exp(top3 / 0.7).sum()
+        assert [t["prob"] for t in post[0]["top_probs"]] == pytest.approx(list(want), abs=1e-6)
+        assert [t["id"] for t in post[0]["top_probs"]] == [t["id"] for t in pre["completion_probabilities"][0]["top_logprobs"]]
+        for p in post:  # the drawn token is one of the candidates, with its probability
+            assert sum(t["prob"] for t in p["top_probs"]) == pytest.approx(1.0, abs=1e-6)
+            assert p["prob"] == next(t["prob"] for t in p["top_probs"] if t["id"] == p["id"])
+        status, r = call(srv, "POST", "/completion", {"prompt": PROMPT, "n_predict": 2, "temperature": 0, "n_probs": 4,
+                                                      "post_sampling_probs": True})  # greedy: the top token alone
+        assert [(len(p["top_probs"]), p["prob"]) for p in r["completion_probabilities"]] == [(1, 1.0), (1, 1.0)]
+        status, r = call(srv, "POST", "/v1/completions", {"prompt": PROMPT, "logprobs": 2, "post_sampling_probs": True})
+        assert status == 400 and "post_sampling_probs" in r["error"]["message"]
         with openai_over_unix_socket(srv.path) as client:
             out = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Say hi."}],
                                                  max_tokens=N, temperature=0, logprobs=True, top_logprobs=2)

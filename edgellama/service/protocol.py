@@ -61,6 +61,7 @@ class Completion(GenParams):
     parallel_tool_calls: bool = False
     logprobs: bool = False  # each token's log-probability in its event (`probs`)
     n_probs: int = 0  # and the n most likely tokens' (0..20; > 0 implies logprobs)
+    post_sampling_probs: bool = False  # llama-server's: probabilities after the sampling chain instead
 
     @property
     def probs_wanted(self) -> int:
@@ -97,7 +98,7 @@ Request = Completion | Embedding | Control
 
 _NUM = (int, float)
 # protocol v1's own fields beside the request-parameter table's (edgellama.params.FIELDS)
-_FLAGS = ("stream", "cache_prompt", "special", "logprobs")
+_FLAGS = ("stream", "cache_prompt", "special", "logprobs", "post_sampling_probs")
 PARAM_FIELDS = tuple(R.names(R.V1))
 _ROUTING = ("model", "keep_alive")  # which model answers, and how long it stays loaded after
 _COMPLETION_KEYS = {"type", "id", "prompt", "messages", "grammar", "json_schema", "lora", "n_probs", *_FLAGS,

@@ -454,7 +454,7 @@ class Scheduler:
             r.gen = Generation(llm.tokenizer, ids, build_sampler(req, llm.tokenizer, llm.n_ctx),
                                n_predict=effective_n_predict(req.n_predict, self.cfg.max_tokens), stops=stops,
                                emit=self._emitter(r), model=llm.path.name, n_cached=n_cached,
-                               n_probs=req.probs_wanted)
+                               n_probs=req.probs_wanted, post_sampling=req.post_sampling_probs)
         except P.ProtocolError as exc:
             self._refuse(job, slot, P.error_event(req.id, exc.code, str(exc)))
             return None

@@ -75,7 +75,7 @@ SAMPLING = tuple(n for n in P.PARAM_FIELDS if n not in ("n_predict", "seed", "st
 # turns them off (what a client sends when it copies llama-server's defaults), refused otherwise
 NEUTRAL: dict[str, Any] = {"typical_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
                            "dynatemp_range": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0, "n_keep": 0, "min_keep": 0, "t_max_predict_ms": 0,
-                           "id_slot": -1, "n_cmpl": 1, "post_sampling_probs": False, "return_tokens": False, "timings_per_token": False,
+                           "id_slot": -1, "n_cmpl": 1, "return_tokens": False, "timings_per_token": False,
                            "return_progress": False}
 
 
@@ -205,7 +205,7 @@ def llama_completion(obj: dict[str, Any], req_id: str, prompt: Any = None) -> di
         prompt = one_prompt(obj)
     # llama-server parses special tokens in prompts; its stream default is false (protocol v1's is true)
     v1: dict[str, Any] = {"id": req_id, "prompt": prompt, "special": True, "stream": False}
-    for name in (*SAMPLING, "n_predict", "stop", "stream", "n_probs"):
+    for name in (*SAMPLING, "n_predict", "stop", "stream", "n_probs", "post_sampling_probs"):
         if name in obj and obj[name] is not None:
             v1[name] = obj[name]
     _seed(obj, v1)
@@ -217,6 +217,9 @@ def llama_completion(obj: dict[str, Any], req_id: str, prompt: Any = None) -> di
 
 def _openai_common(obj: dict[str, Any], v1: dict[str, Any]) -> None:
     _neutral(obj)
+    if obj.get("post_sampling_probs") not in (None, False):
+        raise HttpError(400, "field 'post_sampling_probs' is for llama-server's /completion (n_probs); OpenAI's "
+                             "logprobs are the model's own, before sampling")
     for name in ("max_completion_tokens", "max_tokens"):
         if obj.get(name) is not None:
             v1["n_predict"] = obj[name]
