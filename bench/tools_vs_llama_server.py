@@ -7,7 +7,7 @@ the request file is malformed). The host is shared: `uptime` is printed first an
 to every engine's figures.
 
     python bench/tools_vs_llama_server.py [--models qwen,smollm2] [--engines edgellama,llama-server]
-        [--modes required,auto,plain[,prompted]] [-n N] [-t 2] [-c 4096] [--max-tokens 128] [-v] [--json FILE]
+        [--modes required,auto,free,plain[,prompted]] [-n N] [-t 2] [-c 4096] [--max-tokens 128] [-v] [--json FILE]
 
 Real measurement (about 20-30 minutes on this host): `nice python bench/tools_vs_llama_server.py --json
 /tmp/tools.json`
@@ -30,7 +30,8 @@ plain answer, for the speed comparison only); optionally `prompted`: no tools fi
 system message in llama.cpp's generic wording (the very prompt edgellama gives SmolLM2, whose template has no
 tools; about as long as Qwen's tool prompt), so required against it is the grammar's cost at the same context
 length, without the longer prompt's. The modes of one request follow each other (required, auto,
-plain; the next request in the reverse order), so a change in the host's load lands on all of them; one
+plain; the next request in the reverse order); `free` (edgellama only): tools with tool_choice auto and a
+grammar that takes any text, so no call grammar holds the reply (the model's own calls, parsed), so a change in the host's load lands on all of them; one
 warm-up request per server first (not counted).
 
 Each tool-mode reply is judged on its first call in `choices[0].message.tool_calls` (more calls are counted
@@ -78,8 +79,13 @@ MODELS = {
                     "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
 ENGINES = ("edgellama", "llama-server")
-MODES = ("required", "auto", "plain", "prompted")
-DEFAULT_MODES = ("required", "auto", "plain")
+MODES = ("required", "auto", "free", "plain", "prompted")
+# `free`: tools and tool_choice auto with a grammar that takes any text in place of the call grammar, so the reply
+# is the model's own, parsed as edgellama parses it ("without the call grammar"); edgellama only: llama-server
+# refuses a grammar beside tools
+FREE_GRAMMAR = "root ::= [^\\x00]*"
+EDGELLAMA_ONLY = ("free",)
+DEFAULT_MODES = ("required", "auto", "free", "plain")
 SPEED_MODES = ("plain", "prompted")  # replies timed, not judged
 OUTCOMES = ("valid", "wrong_values", "invalid_args", "wrong_tool", "no_call", "error")
 REQUESTS = Path(__file__).resolve().parent / "tool_requests.json"
@@ -375,6 +381,8 @@ def body_of(req: dict[str, Any], mode: str, a: argparse.Namespace) -> dict[str, 
     body: dict[str, Any] = {"model": "m", "messages": req["messages"], "temperature": 0, "max_tokens": a.max_tokens}
     if mode == "prompted":
         body["messages"] = [{"role": "system", "content": generic_system(req["tool_defs"])}, *req["messages"]]
+    elif mode == "free":
+        body.update(tools=req["tool_defs"], tool_choice="auto", grammar=FREE_GRAMMAR)
     elif mode != "plain":
         body.update(tools=req["tool_defs"], tool_choice=mode)
     return body
@@ -419,11 +427,12 @@ def run_engine(engine: str, a: argparse.Namespace, model: Path, reqs: list[dict[
     try:
         srv = STARTERS[engine](a, model, tmp)
         res.update(argv=srv.argv, ready_s=round(srv.ready_s, 2))
-        res["warmup"] = [ask(srv, reqs[0], m, a, validate) for m in a.modes]
+        modes = [m for m in a.modes if engine == "edgellama" or m not in EDGELLAMA_ONLY]
+        res["warmup"] = [ask(srv, reqs[0], m, a, validate) for m in modes]
         replies = []
         t0 = time.perf_counter()
         for i, req in enumerate(reqs):
-            order = a.modes if i % 2 == 0 else a.modes[::-1]
+            order = modes if i % 2 == 0 else modes[::-1]
             for mode in order:
                 rec = ask(srv, req, mode, a, validate)
                 replies.append(rec)

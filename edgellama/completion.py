@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from edgellama.tokenizers.chat import ChatFormatter
     from edgellama.tokenizers.tokenizer import Tokenizer
+    from edgellama.tool_stream import ToolStream
 
 # the generation's stop reasons as OpenAI's finish_reason
 _FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length", "cancelled": "stop"}
@@ -227,7 +228,7 @@ class CompletionAPI:
                 calls.feed(text)
                 every += entries
             end = calls.finish()
-            msg: dict[str, Any] = {"role": "assistant", "content": end.content or None if end.calls else end.content}
+            msg: dict[str, Any] = {"role": "assistant", "content": (end.content or None) if end.calls else end.content}
             if end.calls:
                 msg["tool_calls"] = [c.openai() for c in end.calls]
             answer = {"index": 0, "message": msg, "logprobs": lp(every),
@@ -254,7 +255,7 @@ class CompletionAPI:
 
     @staticmethod
     def _chat_tool_chunks(head: dict[str, Any], pieces: Iterator[tuple[str, str | None, list[dict[str, Any]]]],
-                          calls: Any, lp: Any) -> Iterator[dict[str, Any]]:
+                          calls: ToolStream, lp: Any) -> Iterator[dict[str, Any]]:
         """A reply with tools as OpenAI's stream: the role, content as it can no longer be a call, each call's
         deltas as it is written (edgellama.tool_stream), the finish."""
         def delta(d: dict[str, Any], entries: list[dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -284,7 +284,7 @@ def test_the_python_api_streams_calls_as_they_are_written(smollm2_path: Path) ->
 
     ask = [{"role": "user", "content": "Start a timer for 4 minutes."}]
     with LLM(smollm2_path, n_ctx=1024, n_threads=2) as llm:
-        kw: dict[str, Any] = dict(tools=TOOLS, tool_choice="required", temperature=0, max_tokens=64)
+        kw: dict[str, Any] = {"tools": TOOLS, "tool_choice": "required", "temperature": 0, "max_tokens": 64}
         whole = llm.create_chat_completion(ask, logprobs=True, **kw)
         call = whole["choices"][0]["message"]["tool_calls"][0]
         assert whole["choices"][0]["finish_reason"] == "tool_calls"

@@ -20,14 +20,14 @@ TOOLS = [
 ]
 
 REPLIES = [
-    ("hermes", 'Let me look. <tool_call>\n{"name": "get_weather", "arguments": {"city": "S\\u00e3o \\"Paulo\\""}}\n'
-               '</tool_call>\n<tool_call>\n{"name": "set_timer", "arguments": {"minutes": 125}}\n</tool_call>',
+    ("hermes", ('Let me look. <tool_call>\n{"name": "get_weather", "arguments": {"city": "S\\u00e3o \\"Paulo\\""}}\n'
+               '</tool_call>\n<tool_call>\n{"name": "set_timer", "arguments": {"minutes": 125}}\n</tool_call>'),
      "Let me look.", [("get_weather", {"city": 'São "Paulo"'}), ("set_timer", {"minutes": 125})]),
     ("hermes", '```json\n{"name": "set_timer", "arguments": {"minutes": 5}}\n```', "", [("set_timer", {"minutes": 5})]),
     ("llama3", '<|python_tag|>{"name": "set_timer", "parameters": {"minutes": 10}}', "", [("set_timer", {"minutes": 10})]),
     ("llama3", '{"name": "get_weather", "parameters": {"city": "Oslo"}}', "", [("get_weather", {"city": "Oslo"})]),
-    ("mistral", '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Oslo"}}, '
-                '{"name": "set_timer", "arguments": {"minutes": 3}}]', "",
+    ("mistral", ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Oslo"}}, '
+                '{"name": "set_timer", "arguments": {"minutes": 3}}]'), "",
      [("get_weather", {"city": "Oslo"}), ("set_timer", {"minutes": 3})]),
     ("generic", '{"tool_call": {"name": "get_weather", "arguments": {"city": "Rome"}}}', "",
      [("get_weather", {"city": "Rome"})]),
