@@ -11,12 +11,17 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
+
 from edgellama import params as R
 from edgellama.generation import Event, build_sampler
-from edgellama.logprobs import MAX_TOP, llama_entry, openai_chat_content, openai_completion_logprobs
+from edgellama.logprobs import MAX_TOP, llama_entry, openai_chat_content, openai_completion_logprobs, piece
 from edgellama.params import GenParams
 from edgellama.sequence import ContextFull
 from edgellama.tokenizers.chat import render_prompt
+
+ECHO_ROWS = 64  # prompt tokens evaluated at once for echo's log-probabilities (64 x vocabulary floats)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator
@@ -39,6 +44,8 @@ class CompletionAPI:
         path: Path
         seed: int | None
         generate: Callable[..., Generator[Event, None, None]]
+        eval: Callable[..., npt.NDArray[np.float32]]
+        reset: Callable[[], None]
 
         @property
         def chat(self) -> ChatFormatter: ...
@@ -109,6 +116,29 @@ class CompletionAPI:
         usage.update(prompt_tokens=len(ids), completion_tokens=n, total_tokens=len(ids) + n)
         yield "", finish, pending
 
+    def _prompt_logprobs(self, ids: list[int], n: int) -> list[dict[str, Any]]:
+        """llama-server's items for the prompt's tokens after a leading BOS (the text it echoes), each one's
+        log-probability given those before it; the first has none (null, as OpenAI's echo). The prompt is
+        evaluated in pieces of at most ECHO_ROWS tokens, so its logits never take more than that many rows."""
+        from edgellama.logprobs import token_probs
+
+        self.reset()
+        skip = 1 if ids and ids[0] == self.tokenizer.bos_id else 0
+        out: list[dict[str, Any]] = []
+        prev: npt.NDArray[np.float32] | None = None
+        for i in range(0, len(ids), ECHO_ROWS):
+            rows = self.eval(ids[i:i + ECHO_ROWS], all_logits=True)
+            for j, tok in enumerate(ids[i:i + ECHO_ROWS]):
+                k = i + j
+                if k >= skip:
+                    if k == skip or prev is None:
+                        text, raw = piece(self.tokenizer, tok)
+                        out.append({"id": tok, "token": text, "bytes": raw, "logprob": None, "top_logprobs": None})
+                    else:
+                        out.append(llama_entry(self.tokenizer, token_probs(prev, tok, n)))
+                prev = rows[j]
+        return out
+
     def create_completion(self, prompt: str | list[int], suffix: str | None = None, max_tokens: int | None = 16,
                           temperature: float = 0.8, top_p: float = 0.95, min_p: float = 0.05, echo: bool = False,
                           stop: str | list[str] | None = None, stream: bool = False, repeat_penalty: float = 1.0,
@@ -119,14 +149,14 @@ class CompletionAPI:
         iterator of chunks of the same shape. grammar: GBNF text or an edgellama.grammar.Grammar.
         logit_bias: {token id: bias} added to the logits (llama-server's list form too; -inf or False: never).
         logprobs: N, each generated token's log-probability and the N most likely (0..20), in llama-cpp-
-        python's shape (tokens, token_logprobs, top_logprobs, text_offset)."""
+        python's shape (tokens, token_logprobs, top_logprobs, text_offset); with echo, the prompt's tokens
+        first (each given the ones before it; the first one's null, as OpenAI's)."""
         if suffix is not None:
             raise ValueError("suffix is not supported")
         if logprobs is not None and (isinstance(logprobs, bool) or not 0 <= logprobs <= MAX_TOP):
             raise ValueError(f"logprobs must be an integer in 0..{MAX_TOP}")
-        if logprobs is not None and echo:
-            raise ValueError("logprobs with echo (the prompt's own log-probabilities) is not supported")
         ids = list(prompt) if isinstance(prompt, list) else self.tokenize(prompt)
+        echoed = self._prompt_logprobs(ids, logprobs) if echo and logprobs is not None else []
         sampler, params = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed, grammar,
                                         max_tokens, stop, (mirostat_mode, mirostat_tau, mirostat_eta), logit_bias)
         head = {"id": f"cmpl-{uuid.uuid4()}", "object": "text_completion", "created": int(time.time()),
@@ -146,11 +176,11 @@ class CompletionAPI:
         if stream:
             def chunks() -> Iterator[dict[str, Any]]:
                 if echo:
-                    yield dict(head, choices=[choice(prompt_text, None, [])])
+                    yield dict(head, choices=[choice(prompt_text, None, echoed)])
                 for text, finish, entries in pieces:
                     yield dict(head, choices=[choice(text, finish, entries)])
             return chunks()
-        out, finish, every = [], None, []
+        out, finish, every = [], None, list(echoed)
         for text, fin, entries in pieces:
             out.append(text)
             every += entries

@@ -92,6 +92,28 @@ def test_python_api_completion_logprobs(smol: Any) -> None:
         smol.create_completion(PROMPT, logprobs=21)
 
 
+def test_python_api_echo_logprobs(smol: Any) -> None:
+    """echo with logprobs: the prompt's tokens first, each one's log-probability given those before it (the
+    first null, as OpenAI's); each equals what a one-token completion of the prompt so far reports for it
+    (logit_bias forces the token and leaves the logprobs alone)."""
+    ids = smol.tokenize(PROMPT)
+    out = smol.create_completion(PROMPT, max_tokens=N, temperature=0, logprobs=2, echo=True)["choices"][0]
+    lp = out["logprobs"]
+    skip = 1 if ids[0] == smol.tokenizer.bos_id else 0
+    n_prompt = len(ids) - skip
+    assert len(lp["tokens"]) == n_prompt + N and out["text"].startswith(PROMPT)
+    assert "".join(lp["tokens"]) == out["text"]
+    assert lp["text_offset"] == [sum(len(t) for t in lp["tokens"][:i]) for i in range(len(lp["tokens"]))]
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    for k in range(skip + 1, len(ids)):
+        alone = smol.create_completion(ids[:k], max_tokens=1, temperature=0, logprobs=0,
+                                       logit_bias={ids[k]: 100.0})["choices"][0]["logprobs"]
+        assert lp["token_logprobs"][k - skip] == pytest.approx(alone["token_logprobs"][0], abs=2e-3)
+    plain = smol.create_completion(PROMPT, max_tokens=N, temperature=0, logprobs=2)["choices"][0]["logprobs"]
+    assert lp["tokens"][n_prompt:] == plain["tokens"]
+    assert lp["token_logprobs"][n_prompt:] == pytest.approx(plain["token_logprobs"], abs=1e-6)
+
+
 def test_python_api_chat_logprobs(smol: Any) -> None:
     msgs = [{"role": "user", "content": "Say hi."}]
     out = smol.create_chat_completion(msgs, max_tokens=N, temperature=0, logprobs=True, top_logprobs=2)
