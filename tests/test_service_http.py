@@ -198,7 +198,8 @@ def test_llama_server_field_names(server: ServerProc) -> None:
     ({"prompt": PROMPT, "mirostat": 1}, 400, "'mirostat' must be one of 0, 2"),  # v2 is served (below)
     ({"prompt": "", "n_predict": 2}, 400, "field 'prompt' must not be empty"),
     ({"prompt": PROMPT, "n_probs": 21}, 400, "'n_probs' must be an integer in 0..20"),
-    ({"prompt": PROMPT, "post_sampling_probs": True}, 400, "'post_sampling_probs' is not supported"),
+    ({"prompt": PROMPT, "typical_p": 0.5}, 400, "'typical_p' is not supported"),
+    ({"prompt": PROMPT, "post_sampling_probs": "yes"}, 400, "'post_sampling_probs' must be true or false"),
     ({"prompt": [1, -2, 3]}, 400, "token ids (>= 0)"),
     ({"prompt": [[1, 2], []]}, 400, "field 'prompt' must not be empty"),
     ({"prompt": PROMPT, "top_p": 3}, 400, "top_p"),  # protocol v1's range check, its words
