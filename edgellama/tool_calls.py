@@ -385,13 +385,14 @@ def _parse_mistral(text: str, names: set[str]) -> tuple[str, list[ToolCall]]:
     if not sep:
         return text, []
     calls: list[ToolCall] = []
-    if "[ARGS]" in rest:  # newer Mistral templates: [TOOL_CALLS]name[ARGS]{...}, repeated
+    if "[ARGS]" in rest:  # newer Mistral templates: [TOOL_CALLS]name[ARGS]{...} (or name[CALL_ID]id[ARGS]), repeated
         for piece in text[len(head):].split("[TOOL_CALLS]")[1:]:
             name, _, args = piece.partition("[ARGS]")
+            name, _, ref = name.partition("[CALL_ID]")
             found = _objects(args)
             if not found or name.strip() not in names:
                 return text, []
-            calls.append(ToolCall(name.strip(), args[found[0][0]:found[0][1]], call_id("mistral")))
+            calls.append(ToolCall(name.strip(), args[found[0][0]:found[0][1]], ref.strip() or call_id("mistral")))
         return head.strip(), calls
     found = _objects(rest)
     if found and isinstance(found[0][2], list):

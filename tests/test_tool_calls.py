@@ -5,6 +5,7 @@ Instruct calling a tool over the socket with the openai SDK: the call, the tool'
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -299,3 +300,79 @@ def test_the_python_api_streams_calls_as_they_are_written(smollm2_path: Path) ->
         cut = llm.create_chat_completion(ask, **dict(kw, max_tokens=20))["choices"][0]
         assert cut["finish_reason"] == "length"
         assert call["function"]["arguments"].startswith(cut["message"]["tool_calls"][0]["function"]["arguments"])
+
+
+_C_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "'": "'", "r": "\r"}
+
+
+def _test_chat_replies(source: str) -> list[str]:
+    """The model replies llama.cpp's tests/test-chat.cpp feeds its parsers: each `tst.test(...)` argument,
+    its C string literals ("..." with escapes, R"(...)") joined."""
+    out = []
+    for m in re.finditer(r"tst\.test\(", source):
+        i, parts = m.end(), []
+        while True:
+            while source[i] in " \t\r\n":
+                i += 1
+            if source.startswith('R"(', i):
+                j = source.index(')"', i + 3)
+                parts.append(source[i + 3:j])
+                i = j + 2
+            elif source[i] == '"':
+                i += 1
+                buf = []
+                while source[i] != '"':
+                    if source[i] == "\\":
+                        buf.append(_C_ESCAPES[source[i + 1]])
+                        i += 2
+                    else:
+                        buf.append(source[i])
+                        i += 1
+                parts.append("".join(buf))
+                i += 1
+            else:
+                break
+        out.append("".join(parts))
+    return out
+
+
+def test_the_replies_llama_cpps_chat_tests_expect_parse(templates: Path) -> None:
+    """llama.cpp's own parser tests (test-chat.cpp in the same sdist): every reply there in a format edgellama
+    parses (Hermes <tool_call> JSON, Mistral [TOOL_CALLS] list, name[ARGS] and name[CALL_ID]id[ARGS]) calls
+    special_function ({"arg1": 1}) and special_function_with_opt ({"arg1": 1, "arg2": 2}) as llama.cpp expects,
+    the text before the call its content; a reply cut inside a call streams that call as far as it is written
+    (llama.cpp's partial message: the same name, the same arguments text up to spaces)."""
+    from edgellama.tool_stream import ToolStream
+
+    source = (templates.parent.parent / "tests" / "test-chat.cpp").read_text()
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+             for n in ("special_function", "special_function_with_opt")]
+    want_args = {"special_function": {"arg1": 1}, "special_function_with_opt": {"arg1": 1, "arg2": 2}}
+    seen = {"whole": 0, "cut": 0}
+    for reply in _test_chat_replies(source):
+        if "special_function" not in reply or any(t in reply for t in ("<think>", "</think>", "[THINK]")):
+            continue
+        if '<tool_call>\n{"name"' in reply:
+            fmt, at = "hermes", reply.index("<tool_call>")
+        elif "[TOOL_CALLS]" in reply:
+            fmt, at = "mistral", reply.index("[TOOL_CALLS]")
+        else:
+            continue  # another family's format (XML invokes, Python-style calls, ...)
+        content, calls = parse_reply(reply, fmt, tools)
+        names = re.findall(r"special_function(?:_with_opt)?", reply)
+        if reply.rstrip().endswith(("}", "]", "</tool_call>")):
+            seen["whole"] += 1
+            assert [c.name for c in calls] == names, reply
+            assert all(json.loads(c.arguments) == want_args[c.name] for c in calls), reply
+            assert content == reply[:at].strip(), reply
+            for ref in re.findall(r"\[CALL_ID\](\w+)|\"id\": \"(\w+)\"", reply):
+                assert "".join(ref) in [c.id for c in calls], reply
+        else:  # cut inside the call, as a stream is
+            seen["cut"] += 1
+            stream = ToolStream(fmt, tools)
+            stream.feed(reply)
+            end = stream.finish()
+            written = reply.split('"arguments": ', 1)[1]
+            assert [c.name for c in end.calls] == ["special_function"], reply
+            assert end.calls[0].arguments.replace(" ", "") == written.replace(" ", ""), reply
+    assert seen["whole"] >= 8 and seen["cut"] >= 2, seen
