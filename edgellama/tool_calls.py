@@ -189,24 +189,6 @@ def _merged(*texts: str) -> str:
     return "\n".join(seen.values()) + "\n"
 
 
-def _objects(text: str) -> list[tuple[int, int, Any]]:
-    """(start, end, value) of the JSON values that follow each other in text (whitespace and ; between)."""
-    dec = json.JSONDecoder()
-    out, i = [], 0
-    while i < len(text):
-        while i < len(text) and text[i] in " \t\r\n;,":
-            i += 1
-        if i >= len(text) or text[i] not in "{[":
-            break
-        try:
-            value, end = dec.raw_decode(text, i)
-        except json.JSONDecodeError:
-            break
-        out.append((i, end, value))
-        i = end
-    return out
-
-
 _DEC = json.JSONDecoder()
 
 
@@ -214,6 +196,22 @@ def skip_space(text: str, i: int, extra: str = "") -> int:
     while i < len(text) and text[i] in " \t\r\n" + extra:
         i += 1
     return i
+
+
+def _objects(text: str) -> list[tuple[int, int, Any]]:
+    """(start, end, value) of the JSON values that follow each other in text (whitespace and ; between)."""
+    out, i = [], 0
+    while i < len(text):
+        i = skip_space(text, i, ";,")
+        if i >= len(text) or text[i] not in "{[":
+            break
+        try:
+            value, end = _DEC.raw_decode(text, i)
+        except json.JSONDecodeError:
+            break
+        out.append((i, end, value))
+        i = end
+    return out
 
 
 def scan(text: str, i: int) -> tuple[list[tuple[str | None, int, int | None]], int | None]:
@@ -265,21 +263,28 @@ def _value(text: str, span: tuple[int, int | None] | None) -> Any:
     return json.loads(text[span[0]:span[1]]) if span is not None and span[1] is not None else None
 
 
+def call_parts(text: str, i: int) -> tuple[str | None, tuple[int, int | None] | None,
+                                             dict[str | None, tuple[int, int | None]], int | None]:
+    """The call object at text[i] as far as it is written: its name once whole, the span of its arguments
+    ("arguments", else "parameters"; end None while unfinished), its members' spans, where it closes (scan)."""
+    members, end = scan(text, i)
+    spans = {k: (s, e) for k, s, e in members}
+    name = _value(text, spans.get("name"))
+    return (name if isinstance(name, str) else None), spans.get("arguments", spans.get("parameters")), spans, end
+
+
 def _call_at(text: str, i: int, names: set[str], fmt: str = "") -> ToolCall | None:
     """The call written as the JSON object at text[i] ({"name", "arguments" or "parameters"}, or OpenAI's
     {"type": "function", "function": {...}}), its arguments the model's own JSON text (so streamed deltas of
     that text add up to it), or None."""
-    members, end = scan(text, i)
+    name, args, spans, end = call_parts(text, i)
     if end is None or end < 0:
         return None
-    spans = {k: (s, e) for k, s, e in members if k is not None}
     if "function" in spans and text[spans["function"][0]] == "{":
         return _call_at(text, spans["function"][0], names, fmt)
-    name = _value(text, spans.get("name"))
-    args = spans.get("arguments", spans.get("parameters"))
-    if not isinstance(name, str) or name not in names or args is None:
+    if name is None or name not in names or args is None:
         return None
-    raw = text[args[0]:args[1]]
+    raw = text[args[0]:args[1]]  # closed object: every member's end is known
     arguments = json.loads(raw) if raw.startswith('"') else raw  # arguments given as JSON text
     call_ref = _value(text, spans.get("id"))
     return ToolCall(name, str(arguments), call_ref if isinstance(call_ref, str) and call_ref else call_id(fmt))

@@ -13,9 +13,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgellama.tool_calls import HOLD_JSON, TRIGGERS, ToolCall, call_id, parse_reply, scan, skip_space
-
-ARG_KEYS = ("arguments", "parameters")
+from edgellama.generation import StopStrings
+from edgellama.tool_calls import (
+    HOLD_JSON,
+    TRIGGERS,
+    ToolCall,
+    call_id,
+    call_parts,
+    parse_reply,
+    scan,
+    skip_space,
+)
 
 
 @dataclass
@@ -37,6 +45,7 @@ class ToolStream:
         self.fmt, self.tools, self.live = fmt, tools, live
         self.names = {t["function"]["name"] for t in tools}
         self.text = ""
+        self.markers = StopStrings(TRIGGERS.get(fmt, ()))  # content ends where a call's marker begins
         self.released = 0  # characters of text released as content (not the generic format's: its JSON)
         self.shown = ""  # the content released so far
         self.sent: list[list[str]] = []  # per call streamed: [id, name, arguments so far]
@@ -74,22 +83,13 @@ class ToolStream:
     def _content(self) -> str:
         if self.fmt == "generic":
             return self._response_text()
-        full = self.text
-        triggers = TRIGGERS.get(self.fmt, ())
-        if not triggers or (self.fmt in HOLD_JSON and self.released == 0 and full.lstrip()[:1] in ("", "{")):
+        if not self.markers.stops or (self.fmt in HOLD_JSON and self.released == 0
+                                      and self.text.lstrip()[:1] in ("", "{")):
             return ""  # a reply that may be a bare JSON call is held until it ends
-        at = min((full.find(t) for t in triggers if t in full), default=-1)
-        if at >= 0:
-            end = at
-        else:
-            end = len(full)
-            for t in triggers:  # a tail that may still grow into a marker stays held
-                for k in range(min(len(t) - 1, len(full)), 0, -1):
-                    if full.endswith(t[:k]):
-                        end = min(end, len(full) - k)
-                        break
-        end = max(end, self.released)
-        out, self.released = full[self.released:end], end
+        # what is released never reaches a marker nor the start of one, so once a call began its marker
+        # opens the unreleased text and nothing more is released
+        out, _, _ = self.markers.split(self.text[self.released:], final=False)
+        self.released += len(out)
         return out
 
     def _response_text(self) -> str:
@@ -140,13 +140,7 @@ class ToolStream:
             if text[j:j + 1] == "{":
                 starts = [s for k, s, _ in scan(text, j)[0] if k == "tool_call" and text[s:s + 1] == "{"]
         for j in starts:
-            members, _ = scan(text, j)
-            spans = {k: (s, e) for k, s, e in members}
-            name_span, name = spans.get("name"), None
-            if name_span is not None and name_span[1] is not None:
-                value = json.loads(text[name_span[0]:name_span[1]])
-                name = value if isinstance(value, str) else None
-            args = next((spans[k] for k in ARG_KEYS if k in spans), None)
+            name, args, _, _ = call_parts(text, j)
             out.append((name, None if args is None else text[args[0]:args[1] if args[1] is not None else len(text)]))
         return out
 
