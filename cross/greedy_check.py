@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgellama.cli.common import NUMERICS
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -28,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-c", "--ctx", type=int, default=128)
     ap.add_argument("--logits", type=Path, help="save the (1 + n) x vocab logits here (.npy)")
     ap.add_argument("--markers", action="store_true", help="getppid() before and after each eval")
-    ap.add_argument("--numerics", choices=("native", "llamacpp"), default="native")
+    ap.add_argument("--numerics", choices=NUMERICS, default="native")
     args = ap.parse_args(argv)
 
     from edgellama.llm import LLM

@@ -6,7 +6,7 @@
 #     llama.cpp's reference greedy continuation, and the logits of every step are compared with the
 #     host's EDGELLAMA_ISA=scalar logits; EDGELLAMA_ISA=scalar on the A72 (prompt + 1 step) must give
 #     the host's scalar logits bit for bit (same C, another compiler target); and with
-#     --numerics llamacpp on the A72 (prompt + 1 step) the host's llama.cpp-order logits bit for bit,
+#     --numerics llamacpp-avx512 on the A72 (prompt + 1 step) the host's llama.cpp-order logits bit for bit,
 #     whose prompt top-10 are llama.cpp's reference logits to the bit: a Pi reproduces llama.cpp x86.
 #  2. A documented subset of the project's pytest suite, run by the root's pytest 7.2:
 #       A72: test_quants.py (minus the gemma_rows tests: gguf-py's reader needs ~10 emulated minutes
@@ -85,11 +85,11 @@ if [ "$do_generate" = yes ]; then
     done
     # llama.cpp's float order (portable C on aarch64, AVX2 on the host): the same bits on both
     (cd "$root" && PYTHONPATH=$root python3 cross/greedy_check.py "$model" --prompt-ids "$ids" -n 1 \
-        --numerics llamacpp --logits "$work/host-llamacpp.npy" >"$work/host-llamacpp.json")
+        --numerics llamacpp-avx512 --logits "$work/host-llamacpp.npy" >"$work/host-llamacpp.json")
     t0=$(date +%s)
     rc=0
     PYTHONPATH="$STAGE/site" qemu-aarch64 -L "$ARM_ROOT" -cpu cortex-a72 "$PY" "$root/cross/greedy_check.py" \
-        "$model" --prompt-ids "$ids" -n 1 --numerics llamacpp --logits "$work/a72-llamacpp.npy" \
+        "$model" --prompt-ids "$ids" -n 1 --numerics llamacpp-avx512 --logits "$work/a72-llamacpp.npy" \
         >"$work/a72-llamacpp.json" 2>"$work/a72-llamacpp.err" || rc=$?
     if [ "$rc" -ne 0 ]; then
         cat "$work/a72-llamacpp.err" >&2

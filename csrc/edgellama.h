@@ -198,15 +198,17 @@ EL_API int el_model_shift(el_model *model, int32_t n_keep, int32_t n_discard);
  * EL_ENOMEM when a size does not fit size_t (a 32-bit build with a large context or batch). */
 EL_API int el_model_plan(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int kv_type, int n_threads,
                          size_t *kv_bytes, size_t *scratch_bytes);
-/* Numerics of a model's forward pass. NATIVE: the fastest kernels of this CPU. LLAMACPP: llama.cpp's
- * own order of every float operation (its x86 AVX2/AVX-512 build, flash attention off), so logits
- * equal llama.cpp's bit for bit on any CPU (portable C, with SIMD versions of the same bits), at
- * some cost in speed. LLAMACPP needs an F16 KV cache and weights of the
- * types it implements (Q5_0, Q8_0, Q4_1, Q4_K with rows % 8 == 0, Q6_K; F32 norms) and no soft-capping
- * (Gemma 2): EL_EUNSUPPORTED
- * otherwise. Its scratch (el_model_numerics_bytes, then counted in el_model_scratch_bytes) is
+/* Numerics of a model's forward pass. NATIVE: the fastest kernels of this CPU. LLAMACPP_AVX2 /
+ * LLAMACPP_AVX512: llama.cpp's own order of every float operation as its x86 AVX2 / AVX-512 build
+ * runs it (flash attention off; the two sum softmax, SwiGLU and fp16 attention in vectors of 8 and
+ * 16), so logits equal that build's bit for bit on any CPU (portable C, with SIMD versions of the
+ * same bits), at some cost in speed. LLAMACPP: the one of the two llama.cpp builds natively for this
+ * CPU (AVX-512 on an x86 CPU with AVX-512 VNNI, else AVX2; on other CPUs AVX-512). They need an F16
+ * KV cache and weights of the types they implement (Q5_0, Q8_0, Q4_1, Q4_K with rows % 8 == 0, Q6_K;
+ * F32 norms): EL_EUNSUPPORTED otherwise. Their scratch (el_model_numerics_bytes, then counted in el_model_scratch_bytes) is
  * allocated here, once. Exact while no ring has wrapped and no shift ran. */
-enum el_numerics { EL_NUMERICS_NATIVE = 0, EL_NUMERICS_LLAMACPP = 1 };
+enum el_numerics { EL_NUMERICS_NATIVE = 0, EL_NUMERICS_LLAMACPP = 1, EL_NUMERICS_LLAMACPP_AVX2 = 2,
+                   EL_NUMERICS_LLAMACPP_AVX512 = 3 };
 EL_API int el_model_set_numerics(el_model *model, int numerics);
 /* Bytes el_model_set_numerics allocates for a model of this shape (0: native, or not possible,
  * including sizes that do not fit size_t; el_model_set_numerics then returns EL_ENOMEM). */

@@ -75,7 +75,8 @@ EL_API int el_test_llx_matmul(el_pool *pool, int wtype, const void *w, size_t w_
 /* Attention over an F16 cache as llama.cpp computes it (q not pre-scaled): q n_q x n_head x head_dim at
  * q_pos, k / v n_kv x n_head_kv x head_dim at kv_pos (each -1 or < n_cells, the llama.cpp cells; n_cells
  * a multiple of 16), out n_q x n_head x head_dim. Allocates its scratch. */
-EL_API int el_test_llx_attention(el_pool *pool, const float *q, size_t n_q, const int32_t *q_pos, size_t n_head,
+/* build: the order of llama.cpp's AVX2 (0) or AVX-512 (1) x86 build (el_llx_build) */
+EL_API int el_test_llx_attention(el_pool *pool, int build, const float *q, size_t n_q, const int32_t *q_pos, size_t n_head,
                                  size_t n_head_kv, size_t head_dim, const void *k, const void *v,
                                  const int32_t *kv_pos, size_t n_kv, int32_t window, float scale, size_t n_cells,
                                  float *out);

@@ -5,9 +5,10 @@
  * near-tied greedy choices a model meets every few dozen tokens. Matching llama.cpp's tokens on
  * those needs its exact float order, which this file reproduces in portable C (fmaf wherever ggml
  * fuses, its SIMD lanes as arrays, its horizontal sums as written by its intrinsics):
- *   ggml x86 build (AVX2 / AVX-512, llamafile sgemm, Q4_K repacked 8x8), flash attention off.
- * The lane structure is the one of ggml's kernels, not of this machine: the results are the same
- * on any CPU. The C here is the reference; the ISA tables of el_llx_kernels (arch/avx2_llamacpp.c)
+ *   ggml x86 build (AVX2 or AVX-512: el_llx_build, llamafile sgemm, Q4_K repacked 8x8), flash
+ *   attention off.
+ * The lane structure is the one of that build's kernels, not of this machine: the results are the
+ * same on any CPU. The C here is the reference; the ISA tables of el_llx_kernels (arch/avx2_llamacpp.c)
  * give its bits faster. Selected per model by el_model_set_numerics(EL_NUMERICS_LLAMACPP). */
 #include <math.h>
 #include <pthread.h>
@@ -30,6 +31,12 @@ static inline float hsum8(const float a[8]) {
     return (r0 + r2) + (r1 + r3);
 }
 
+/* GGML_F32x8_REDUCE's last step (AVX): low half + high half, then two hadds */
+static inline float hsum8_hadd(const float a[8]) {
+    const float t0 = a[0] + a[4], t1 = a[1] + a[5], t2 = a[2] + a[6], t3 = a[3] + a[7];
+    return (t0 + t1) + (t2 + t3);
+}
+
 /* _mm512_reduce_add_ps as GCC writes it: 256-bit halves, 128-bit halves, {2,3,0,1}, then [0]+[1] */
 static inline float hsum16(const float a[16]) {
     float t[8];
@@ -44,6 +51,14 @@ static inline float reduce_dot_f16(const float acc[64]) {
     float x[16];
     for (int l = 0; l < 16; l++) x[l] = (acc[l] + acc[32 + l]) + (acc[16 + l] + acc[48 + l]);
     return hsum16(x);
+}
+
+/* ggml_vec_dot_f16 (AVX2): 4 accumulators of 8 lanes, element i in acc[i % 32]; reduced as
+ * (acc0 + acc2) + (acc1 + acc3) lane by lane (GGML_F32x8_REDUCE), then across the lanes */
+static inline float reduce_dot_f16_32(const float acc[32]) {
+    float x[8];
+    for (int l = 0; l < 8; l++) x[l] = (acc[l] + acc[16 + l]) + (acc[8 + l] + acc[24 + l]);
+    return hsum8_hadd(x);
 }
 
 static inline float round_f16(float x) { return el_fp16_to_fp32(el_fp32_to_fp16(x)); }
@@ -210,7 +225,8 @@ EL_HOT static float dot_q6_K(const void *w, const block_q8_K *a, size_t nb) {
     return hsum8(acc);
 }
 
-/* Q6_K in ggml's tiled K-quant matmul (batches of 8 or more rows, AVX-512 VNNI microkernel): per
+/* Q6_K in ggml's tiled K-quant matmul (batches of 8 or more rows; the AVX2 build's as well as the
+ * AVX-512 one's, each checked against llama.cpp): per
  * 256-value block an exact integer sum of scale x (dot - 32 bsum) over the 16-value sub-blocks,
  * times the weight's d, times the activation's d, added to the output block by block (the add and
  * the last multiply fused by the compiler) */
@@ -247,7 +263,7 @@ static float ref_q8_0(size_t n, const void *w, const void *a) { return dot_q0(EL
 static float ref_q4_1(size_t n, const void *w, const void *a) { return dot_q4_1(w, a, n / QK4_1); }
 static float ref_q6_K(size_t n, const void *w, const void *a) { return dot_q6_K(w, a, n / QK_K); }
 
-static float ref_kq(size_t hd, const float *q, const el_half *k, int tiny);
+static float ref_kq(size_t hd, const float *q, const el_half *k, int form);
 static void ref_pv(size_t hd, float p, const el_half *v, float *lane);
 
 void el_llx_fill_scalar(el_llx_kernels *k) {
@@ -403,8 +419,20 @@ void el_llx_matmul(el_pool *pool, int wtype, const void *w, size_t rows, size_t 
 
 /* ---- attention ---- */
 
+static inline uint32_t f32_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+
+static inline float bits_f32(uint32_t u) {
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
 /* ggml_v_expf (AVX-512), one lane */
-static float expf_ggml(float x) {
+static float expf_ggml512(float x) {
     const float r = 0x1.8p23f;
     const float z = fmaf(x, 0x1.715476p+0f, r);
     const float n = z - r;
@@ -416,18 +444,43 @@ static float expf_ggml(float x) {
     return ldexpf(j, (int)n); /* _mm512_scalef_ps: n is integral here */
 }
 
-/* ggml_vec_swiglu_f32 (AVX-512): silu(g) = g / (1 + exp(-g)) with ggml's exp, times u; a tail of
- * fewer than 16 values takes libm's expf, as ggml's scalar remainder loop does */
-EL_HOT static void swiglu(float *g, const float *u, size_t n) {
-    const size_t nv = n - n % 16;
+/* ggml_v_expf (AVX2), one lane: the polynomial's last term b times 0x1.ffffecp-1 without the 1, then
+ * 2^n j + 2^n with 2^n made from z's bits; past |n| > 126 its two-factor form, past 192 0 or inf */
+static float expf_ggml256(float x) {
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    const uint32_t e = f32_bits(z) << 23;
+    const float k = bits_f32(e + f32_bits(1.0f));
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                         0x1.ffffecp-1f * b);
+    if (!(fabsf(n) > 126.0f)) return fmaf(k, j, k);
+    const uint32_t g = n <= 0.0f ? 0x82000000u : 0u; /* integer adds wrap, as the vector ones do */
+    const float s1 = bits_f32(g + 0x7f000000u), s2 = bits_f32(e - g);
+    if (fabsf(n) > 192.0f) return s1 * s1;
+    return fmaf(s2, j, s2) * s1;
+}
+
+static inline float expf_ggml(el_llx_build build, float x) {
+    return build == EL_LLX_AVX512 ? expf_ggml512(x) : expf_ggml256(x);
+}
+
+static inline size_t build_lanes(el_llx_build build) { return build == EL_LLX_AVX512 ? 16 : 8; }
+
+/* ggml_vec_swiglu_f32: silu(g) = g / (1 + exp(-g)) with the build's exp, times u, in its vectors of
+ * 16 or 8; a tail shorter than a vector takes libm's expf, as ggml's scalar remainder loop does */
+EL_HOT static void swiglu(el_llx_build build, float *g, const float *u, size_t n) {
+    const size_t nv = n - n % build_lanes(build);
     size_t i = 0;
-    for (; i < nv; i++) g[i] = g[i] / (1.0f + expf_ggml(0.0f - g[i])) * u[i];
+    for (; i < nv; i++) g[i] = g[i] / (1.0f + expf_ggml(build, 0.0f - g[i])) * u[i];
     for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 /* a plain function around the clones: GCC exports the ifunc of an extern target_clones function
  * whatever its visibility, and the library exports nothing but its API */
-void el_llx_swiglu(float *g, const float *u, size_t n) { swiglu(g, u, n); }
+void el_llx_swiglu(el_llx_build build, float *g, const float *u, size_t n) { swiglu(build, g, u, n); }
 
 size_t el_llx_attn_scratch_floats(size_t n_cells, size_t head_dim, int n_threads) {
     /* SIZE_MAX (checked.h): does not fit size_t */
@@ -438,24 +491,27 @@ typedef struct {
     const el_attn_args *a;
     size_t n_cells;
     float *scratch;
+    el_llx_build build;
 } llx_attn;
 
 static int visible(const el_attn_args *a, int32_t p, int32_t qp) {
     return p >= 0 && p <= qp && !(a->window > 0 && qp - p >= a->window);
 }
 
-/* one score of KQ: q (fp16-exact floats) . k (an fp16 row) in tinyBLAS's 16 lanes (tiny) or
- * ggml_vec_dot_f16's 4 x 16, a tail past the last 64 summed in double as there */
-static float ref_kq(size_t hd, const float *q, const el_half *k, int tiny) {
-    if (tiny) {
+/* one score of KQ: q (fp16-exact floats) . k (an fp16 row) in tinyBLAS's 16 or 8 lanes (TINY16,
+ * TINY8) or ggml_vec_dot_f16's 4 x 16 or 4 x 8 (DOT64, DOT32), a tail past the last step summed in
+ * double as there */
+static float ref_kq(size_t hd, const float *q, const el_half *k, int form) {
+    if (form == LLX_KQ_TINY16 || form == LLX_KQ_TINY8) {
+        const size_t kn = form == LLX_KQ_TINY16 ? 16 : 8;
         float l16[16] = {0};
-        for (size_t d = 0; d < hd; d++) l16[d % 16] = fmaf(el_fp16_to_fp32(k[d]), q[d], l16[d % 16]);
-        return hsum16(l16);
+        for (size_t d = 0; d < hd; d++) l16[d % kn] = fmaf(el_fp16_to_fp32(k[d]), q[d], l16[d % kn]);
+        return kn == 16 ? hsum16(l16) : hsum8(l16);
     }
-    const size_t np = hd - hd % 64;
+    const size_t step = form == LLX_KQ_DOT64 ? 64 : 32, np = hd - hd % step;
     float l64[64] = {0};
-    for (size_t d = 0; d < np; d++) l64[d % 64] = fmaf(el_fp16_to_fp32(k[d]), q[d], l64[d % 64]);
-    double sum = (double)reduce_dot_f16(l64);
+    for (size_t d = 0; d < np; d++) l64[d % step] = fmaf(el_fp16_to_fp32(k[d]), q[d], l64[d % step]);
+    double sum = (double)(step == 64 ? reduce_dot_f16(l64) : reduce_dot_f16_32(l64));
     for (size_t d = np; d < hd; d++) sum += (double)(el_fp16_to_fp32(k[d]) * q[d]);
     return (float)sum;
 }
@@ -470,10 +526,13 @@ static void llx_attn_items(void *p, int ith, int nth) {
     const el_attn_args *a = x->a;
     const el_llx_kernels *kern = el_kern()->llx;
     const size_t HD = a->head_dim, NC = x->n_cells, group = a->n_head / a->n_head_kv;
-    /* prefill runs llamafile's tinyBLAS (16 lanes, one accumulator) when the row length allows it,
-     * decode ggml_vec_dot_f16 (4 x 16 lanes) */
-    const int tiny_kq = a->n_q >= 2 && HD % 16 == 0, tiny_pv = a->n_q >= 2;
-    const size_t lanes = tiny_pv ? 16 : 64;
+    /* prefill runs llamafile's tinyBLAS (one accumulator of the build's KN lanes) when the row length
+     * is a multiple of KN, decode ggml_vec_dot_f16 (4 x KN lanes) */
+    const size_t kn = build_lanes(x->build);
+    const int wide = x->build == EL_LLX_AVX512;
+    const int tiny_kq = a->n_q >= 2 && HD % kn == 0, tiny_pv = a->n_q >= 2;
+    const int kq_form = tiny_kq ? (wide ? LLX_KQ_TINY16 : LLX_KQ_TINY8) : (wide ? LLX_KQ_DOT64 : LLX_KQ_DOT32);
+    const size_t lanes = tiny_pv ? kn : 4 * kn;
     float *qf = x->scratch + (size_t)ith * (HD + NC + HD * 64), *s = qf + HD, *acc = s + NC;
     size_t i0, i1;
     el_split(a->n_q * a->n_head, ith, nth, &i0, &i1);
@@ -487,17 +546,18 @@ static void llx_attn_items(void *p, int ith, int nth) {
         for (size_t j = 0; j < a->n_kv; j++) {
             const int32_t c = a->kv_pos[j];
             if (!visible(a, c, qp)) continue;
-            const float dot = kern->kq(HD, qf, (const el_half *)a->k + (j * a->n_head_kv + hk) * HD, tiny_kq);
+            const float dot = kern->kq(HD, qf, (const el_half *)a->k + (j * a->n_head_kv + hk) * HD, kq_form);
             const float sc = dot * a->scale; /* scale 1 where the graph scaled Q (desc.scale_q) */
             s[c] = a->softcap > 0.0f ? el_softcap(sc, a->softcap) : sc;
         }
-        /* softmax: ggml_vec_soft_max_f32 in chunks of 16, chunk sums accumulated in double */
+        /* softmax: ggml_vec_soft_max_f32 in chunks of KN (NC is a multiple of 64), chunk sums
+         * accumulated in double */
         float mx = -INFINITY;
         for (size_t c = 0; c < NC; c++) mx = s[c] > mx ? s[c] : mx;
         double sum = 0.0;
-        for (size_t c0 = 0; c0 < NC; c0 += 16) {
-            for (size_t c = c0; c < c0 + 16; c++) s[c] = expf_ggml(s[c] - mx);
-            sum += (double)hsum16(s + c0);
+        for (size_t c0 = 0; c0 < NC; c0 += kn) {
+            for (size_t c = c0; c < c0 + kn; c++) s[c] = expf_ggml(x->build, s[c] - mx);
+            sum += (double)(wide ? hsum16(s + c0) : hsum8(s + c0));
         }
         const float inv = (float)(1.0 / sum);
         for (size_t c = 0; c < NC; c++) s[c] = round_f16(s[c] * inv); /* the fp16 copy KQV reads */
@@ -513,12 +573,12 @@ static void llx_attn_items(void *p, int ith, int nth) {
         for (size_t d = 0; d < HD; d++) {
             float col[64];
             for (size_t l = 0; l < lanes; l++) col[l] = acc[l * HD + d];
-            out[d] = tiny_pv ? hsum16(col) : reduce_dot_f16(col);
+            out[d] = tiny_pv ? (wide ? hsum16(col) : hsum8(col)) : (wide ? reduce_dot_f16(col) : reduce_dot_f16_32(col));
         }
     }
 }
 
-void el_llx_attention(el_pool *pool, const el_attn_args *a, size_t n_cells, float *scratch) {
-    llx_attn x = {a, n_cells, scratch};
+void el_llx_attention(el_pool *pool, el_llx_build build, const el_attn_args *a, size_t n_cells, float *scratch) {
+    llx_attn x = {a, n_cells, scratch, build};
     el_pool_run(pool, llx_attn_items, &x);
 }

@@ -186,10 +186,10 @@ int el_test_llx_matmul(el_pool *pool, int wtype, const void *w, size_t w_bytes, 
     return EL_OK;
 }
 
-int el_test_llx_attention(el_pool *pool, const float *q, size_t n_q, const int32_t *q_pos, size_t n_head,
+int el_test_llx_attention(el_pool *pool, int build, const float *q, size_t n_q, const int32_t *q_pos, size_t n_head,
                           size_t n_head_kv, size_t head_dim, const void *k, const void *v, const int32_t *kv_pos,
                           size_t n_kv, int32_t window, float scale, size_t n_cells, float *out) {
-    if (!pool || !q || !q_pos || !k || !v || !kv_pos || !out || n_q == 0 || head_dim == 0 || n_head_kv == 0 ||
+    if ((build != EL_LLX_AVX2 && build != EL_LLX_AVX512) || !pool || !q || !q_pos || !k || !v || !kv_pos || !out || n_q == 0 || head_dim == 0 || n_head_kv == 0 ||
         n_head % n_head_kv || n_cells == 0 || n_cells % 16)
         return EL_EINVAL;
     for (size_t j = 0; j < n_kv; j++)
@@ -198,7 +198,7 @@ int el_test_llx_attention(el_pool *pool, const float *q, size_t n_q, const int32
     if (!scratch) return EL_ENOMEM;
     const el_attn_args a = {q, n_q, q_pos, n_head, n_head_kv, head_dim, EL_TYPE_F16, k, v, kv_pos, n_kv,
                             window, scale, 0.0f, out, NULL};
-    el_llx_attention(pool, &a, n_cells, scratch);
+    el_llx_attention(pool, (el_llx_build)build, &a, n_cells, scratch);
     free(scratch);
     return EL_OK;
 }

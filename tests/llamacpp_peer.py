@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import functools
 import json
 import os
 import platform
@@ -69,6 +70,23 @@ def site_version(site: Path) -> str | None:
     except subprocess.TimeoutExpired:
         return None
     return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def build_numerics(system_info: str) -> str:
+    """edgellama's numerics that follow the llama.cpp build which printed SYSTEM_INFO
+    (llama_print_system_info): the order of its AVX-512 x86 build when it has AVX-512, else of its AVX2
+    one. The peer's flags (X86_CMAKE_ARGS) make an AVX2 build whatever the host."""
+    return "llamacpp-avx512" if "AVX512 = 1" in system_info else "llamacpp-avx2"
+
+
+@functools.cache
+def site_numerics(site: Path) -> str:
+    """build_numerics of the llama_cpp in SITE (asked in a fresh interpreter, as site_version does)."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import llama_cpp; "
+            "print(llama_cpp.llama_print_system_info().decode())")
+    proc = subprocess.run([sys.executable, "-c", code, str(site)], capture_output=True, text=True, timeout=300,
+                          check=True, cwd=tempfile.gettempdir())
+    return build_numerics(proc.stdout)
 
 
 def _check_version(site: Path, version: str) -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REFERENCE_DIRS, ROOT, load_reference
+from conftest import REFERENCE_DIRS, REFERENCE_NUMERICS, ROOT, load_reference
 
 from edgellama.gguf.reader import GGUFFile
 from edgellama.llm import LLM
@@ -72,7 +72,7 @@ def test_the_readme_python_example_runs(smollm2_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def smol(smollm2_path: Path) -> Any:
-    with LLM(smollm2_path, n_ctx=1024, n_threads=2, numerics="llamacpp") as llm:
+    with LLM(smollm2_path, n_ctx=1024, n_threads=2, numerics=REFERENCE_NUMERICS) as llm:
         yield llm
 
 

@@ -22,7 +22,7 @@ import numpy.typing as npt
 import pytest
 from arch_models import MODELS, spec_of, tensor_shapes, vocab_path, write_arch_model
 from conftest import skip_or_fail
-from llamacpp_peer import PeerRun, llamacpp_run
+from llamacpp_peer import PeerRun, build_numerics, llamacpp_run
 
 pytestmark = pytest.mark.slow  # ~1-2 min; CI runs the slow set too
 
@@ -336,7 +336,8 @@ def test_llamacpp_numerics_give_llamacpps_bits(run: tuple[str, str, int], peer: 
             LLM(path, n_ctx=n_ctx, n_threads=2, kv_type="f16", numerics="llamacpp", verbose=False)
         return
     ref = peer.get(kind, qtype, n_ctx)
-    llm = LLM(path, n_ctx=n_ctx, n_threads=2, kv_type="f16", numerics="llamacpp", verbose=False)
+    llm = LLM(path, n_ctx=n_ctx, n_threads=2, kv_type="f16", numerics=build_numerics(ref.info["system_info"]),
+              verbose=False)
     try:
         for prompt, want, cont in zip(prompts_for(kind, models), ref.logits, ref.greedy):
             llm.reset()

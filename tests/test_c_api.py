@@ -148,11 +148,15 @@ def test_pure_ggml_type_table_agrees_with_the_c_library() -> None:
 
 
 def test_binding_names_are_the_c_enums() -> None:
+    from edgellama.cli.common import NUMERICS
     from edgellama.native import engine
 
     assert engine.ARCHS == {"llama": lib.EL_ARCH_LLAMA, "gemma3": lib.EL_ARCH_GEMMA3, "bert": lib.EL_ARCH_BERT}
     assert engine.ACTS == {"silu": lib.EL_ACT_SILU, "gelu": lib.EL_ACT_GELU}
-    assert engine.NUMERICS == {"native": lib.EL_NUMERICS_NATIVE, "llamacpp": lib.EL_NUMERICS_LLAMACPP}
+    assert engine.NUMERICS == {"native": lib.EL_NUMERICS_NATIVE, "llamacpp": lib.EL_NUMERICS_LLAMACPP,
+                               "llamacpp-avx2": lib.EL_NUMERICS_LLAMACPP_AVX2,
+                               "llamacpp-avx512": lib.EL_NUMERICS_LLAMACPP_AVX512}
+    assert NUMERICS == tuple(engine.NUMERICS)  # the CLI's --numerics choices
     assert engine.KV_TYPES == {"f32": lib.EL_TYPE_F32, "f16": lib.EL_TYPE_F16, "q8_0": lib.EL_TYPE_Q8_0}
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from arch_models import write_arch_model
-from llamacpp_peer import llamacpp_embeddings
+from llamacpp_peer import llamacpp_embeddings, site_numerics
 
 from edgellama.llm import LLM
 
@@ -66,7 +66,7 @@ def test_decoder_embeddings_match_llamacpp(model: str, pooling: str, request: py
 def test_decoder_embeddings_with_llamacpp_numerics(smollm2_path: Path, peer_site: Path) -> None:
     """llama.cpp's float order in every matmul and norm: the token states are llama.cpp's up to the rows the
     last layer keeps, so the vectors agree far closer than with native numerics."""
-    toks, got = ours(smollm2_path, "mean", "f16", numerics="llamacpp")
+    toks, got = ours(smollm2_path, "mean", "f16", numerics=site_numerics(peer_site))
     ref = llamacpp_embeddings(peer_site, smollm2_path, toks, 512, "mean", kv_type="f16", n_threads=2)
     cos = cosines(got, ref)
     print(f"smollm2 mean, llamacpp numerics: cosine min {min(cos):.9f}")

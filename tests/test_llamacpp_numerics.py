@@ -6,6 +6,7 @@ this order cannot reproduce is refused with a message naming it."""
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import pytest
 from conftest import (
     REFERENCE_DIRS,
     REFERENCE_MODELS,
+    REFERENCE_NUMERICS,
     ROOT,
     load_reference,
     open_reference_model,
@@ -36,7 +38,7 @@ PPL_BOS = {"gemma": 2, "smollm2": 1, "qwen": 151643}
 
 @pytest.fixture(scope="module", params=REFERENCE_MODELS)
 def exact(request: pytest.FixtureRequest) -> Iterator[tuple[str, LLM]]:
-    llm = open_reference_model(request, numerics="llamacpp")
+    llm = open_reference_model(request, numerics=REFERENCE_NUMERICS)
     yield request.param, llm
     llm.close()
 
@@ -82,18 +84,34 @@ def test_thread_counts_give_the_same_bits(gemma_path: Path) -> None:
     ids = load_reference("tokens.json")[2]["ids"]
     outs = []
     for t in (1, 3):
-        with LLM(gemma_path, n_ctx=256, n_threads=t, numerics="llamacpp") as llm:
+        with LLM(gemma_path, n_ctx=256, n_threads=t, numerics=REFERENCE_NUMERICS) as llm:
             first = llm.eval(ids).copy()
             outs.append((first, llm.eval([int(np.argmax(first))]).copy()))
     np.testing.assert_array_equal(outs[0][0], outs[1][0])
     np.testing.assert_array_equal(outs[0][1], outs[1][1])
 
 
+def test_llamacpp_follows_the_build_llama_cpp_makes_for_this_cpu(smollm2_path: Path) -> None:
+    """'llamacpp' gives the bits of the order of llama.cpp's x86 build for this CPU: its AVX-512 build's
+    where the CPU has AVX-512 VNNI (edgellama's avx512 ISA), else its AVX2 build's (other CPUs: the
+    AVX-512 one); and the two orders are not the same (SwiGLU, softmax, exp and attention sums in 16 or 8
+    lanes; on short prompts the 8-bit activations often hide it)."""
+    got = {}
+    for mode in ("llamacpp", "llamacpp-avx2", "llamacpp-avx512"):
+        with LLM(smollm2_path, n_ctx=256, n_threads=2, numerics=mode) as llm:
+            ids = llm.tokenize((reference_dir() / "ppl-text.txt").read_text()[:600])
+            got[mode] = llm.eval(ids, all_logits=True).copy()
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    want = "llamacpp-avx2" if x86 and not kernels.isa_available("avx512") else "llamacpp-avx512"
+    np.testing.assert_array_equal(got["llamacpp"], got[want])
+    assert (got["llamacpp-avx2"] != got["llamacpp-avx512"]).any()
+
+
 def test_cli_run_prints_llamacpps_greedy_text(gemma_path: Path) -> None:
     ref = load_reference("greedy.json")[0]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.run([sys.executable, "-m", "edgellama.cli", "run", "-m", str(gemma_path), "-p", ref["prompt"],
-                        "-n", "16", "--temp", "0", "--numerics", "llamacpp", "--no-display-prompt", "-c", "256"],
+                        "-n", "16", "--temp", "0", "--numerics", REFERENCE_NUMERICS, "--no-display-prompt", "-c", "256"],
                        capture_output=True, text=True, timeout=300, env=env, cwd=ROOT, check=False)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == ref["text16"].strip()
@@ -154,10 +172,12 @@ def test_simd_matmul_gives_the_scalar_bits(simd_isa: str, wtype: int, cols: int)
         assert np.isfinite(want).all()
 
 
-@pytest.mark.parametrize("n_q,head_dim", [(1, 256), (5, 256), (1, 64), (7, 64), (1, 80), (3, 80)])
-def test_simd_attention_gives_the_scalar_bits(simd_isa: str, n_q: int, head_dim: int) -> None:
-    """Decode (vec_dot_f16 lanes) and prefill (tinyBLAS lanes), head sizes with and without a tail
-    past 64 / 16, GQA 4:2, a sliding window of 40 over 100 cached positions."""
+@pytest.mark.parametrize("build", [0, 1], ids=["avx2", "avx512"])  # llama.cpp's x86 build (el_llx_build)
+@pytest.mark.parametrize("n_q,head_dim", [(1, 256), (5, 256), (1, 64), (7, 64), (1, 80), (3, 80), (1, 96), (3, 96)])
+def test_simd_attention_gives_the_scalar_bits(simd_isa: str, build: int, n_q: int, head_dim: int) -> None:
+    """Decode (vec_dot_f16 lanes) and prefill (tinyBLAS lanes) in the order of llama.cpp's AVX2 and
+    AVX-512 builds, head sizes with and without a tail past 32 / 64 / 16, GQA 4:2, a sliding window of
+    40 over 100 cached positions."""
     rng = np.random.default_rng(n_q * head_dim)
     n_head, n_head_kv, n_kv = 4, 2, 100
     q = rng.standard_normal((n_q, n_head * head_dim)).astype(np.float32)
@@ -171,7 +191,7 @@ def test_simd_attention_gives_the_scalar_bits(simd_isa: str, n_q: int, head_dim:
     for isa in ("scalar", simd_isa):
         kernels.set_isa(isa)
         out = np.zeros((n_q, n_head * head_dim), np.float32)
-        check(lib.el_test_llx_attention(pool.ptr, ffi.from_buffer("float[]", q), n_q, ffi.from_buffer("int32_t[]", q_pos),
+        check(lib.el_test_llx_attention(pool.ptr, build, ffi.from_buffer("float[]", q), n_q, ffi.from_buffer("int32_t[]", q_pos),
                                         n_head, n_head_kv, head_dim, ffi.from_buffer(k), ffi.from_buffer(v),
                                         ffi.from_buffer("int32_t[]", kv_pos), n_kv, 40, 1.0 / np.sqrt(head_dim), cells,
                                         ffi.from_buffer("float[]", out)), "llama.cpp-order attention")

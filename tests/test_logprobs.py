@@ -131,11 +131,11 @@ def test_python_api_chat_logprobs(smol: Any) -> None:
 
 @pytest.mark.slow
 def test_logprobs_equal_llama_cpps_with_its_numerics(smollm2_path: Path, peer_site: Path) -> None:
-    from llamacpp_peer import llamacpp_run
+    from llamacpp_peer import llamacpp_run, site_numerics
 
     from edgellama.llm import LLM
 
-    with LLM(smollm2_path, n_ctx=256, n_threads=1, numerics="llamacpp") as llm:
+    with LLM(smollm2_path, n_ctx=256, n_threads=1, numerics=site_numerics(peer_site)) as llm:
         ids = llm.tokenize(PROMPT)
         out = llm.create_completion(ids, max_tokens=3, temperature=0, logprobs=5)["choices"][0]["logprobs"]
         gen = [llm.tokenize(t, add_bos=False) for t in out["tokens"]]

@@ -35,9 +35,13 @@ def regenerate(base: Path, params: dict[str, Any], out: Path) -> str:
 # Where llama.cpp's greedy token is not our argmax, the two must be a near tie in our logits. 8-bit
 # activations make both engines' logits piecewise constant, noisy by a few tenths: test_generation.py
 # bounds the gap by 0.3 for the base model; here, against this llama.cpp run, the base model's gaps
-# reach 0.25 and the adapter's 0.38 (SmolLM2 at scale 0.5), so 0.5.
-NEAR_TIE = 0.5
-MAX_PARTED = 4  # of the 48 steps (3 prompts x 16) of a model and scale; measured 0-3
+# reach 0.28 and the adapter's 0.38 (SmolLM2 at scale 0.5, avx512), 0.36 (the same, scalar) and 0.50
+# (gemma3 at scale 0.5, avx2, on an AVX2-only host: Gemma's logits part between ISAs by 1-2.5 at the
+# vocabulary's extremes), so 0.6.
+NEAR_TIE = 0.6
+# of the 48 steps (3 prompts x 16) of a model and scale; measured 0-4 on avx512 and avx2, 5 on scalar
+# (gemma3 at scale 1.0, all gaps <= 0.27)
+MAX_PARTED = 6
 
 
 def teacher_forced(llm: Any, prompt: list[int], cont: list[int]) -> tuple[Any, list[tuple[int, float]]]:

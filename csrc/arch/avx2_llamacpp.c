@@ -116,10 +116,11 @@ EL_AVX2 static float llx_q6_K(size_t n, const void *w, const void *a) {
     return el_hsum_ps(acc);
 }
 
-/* KQ score: tiny = tinyBLAS's 16 lanes (lanes 0-7 in a0, 8-15 in a1), else vec_dot_f16's 64
- * (element d in register (d % 64) / 8); both reduced as llamacpp_exact.c's hsum16 / reduce_dot_f16 */
-EL_AVX2 static float llx_kq(size_t hd, const float *q, const el_half *k, int tiny) {
-    if (tiny) {
+/* KQ score in a form LLX_KQ_*: TINY16 = tinyBLAS's 16 lanes (lanes 0-7 in a0, 8-15 in a1), TINY8 its
+ * 8, DOT64 = vec_dot_f16's 4 x 16 (element d in register (d % 64) / 8), DOT32 its 4 x 8; each reduced
+ * as llamacpp_exact.c's hsum16 / hsum8 / reduce_dot_f16 / reduce_dot_f16_32 */
+EL_AVX2 static float llx_kq(size_t hd, const float *q, const el_half *k, int form) {
+    if (form == LLX_KQ_TINY16) {
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
         for (size_t d = 0; d < hd; d += 16) {
             a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + d))), _mm256_loadu_ps(q + d), a0);
@@ -127,17 +128,33 @@ EL_AVX2 static float llx_kq(size_t hd, const float *q, const el_half *k, int tin
         }
         return el_hsum_ps(_mm256_add_ps(a1, a0));
     }
-    const size_t np = hd - hd % 64;
+    if (form == LLX_KQ_TINY8) {
+        __m256 a0 = _mm256_setzero_ps();
+        for (size_t d = 0; d < hd; d += 8)
+            a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + d))), _mm256_loadu_ps(q + d), a0);
+        return el_hsum_ps(a0);
+    }
+    const int nreg = form == LLX_KQ_DOT64 ? 8 : 4;
+    const size_t step = 8 * (size_t)nreg, np = hd - hd % step;
     __m256 r[8];
     for (int i = 0; i < 8; i++) r[i] = _mm256_setzero_ps();
-    for (size_t d = 0; d < np; d += 64)
-        for (int i = 0; i < 8; i++)
+    for (size_t d = 0; d < np; d += step)
+        for (int i = 0; i < nreg; i++)
             r[i] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + d + 8 * i))),
                                    _mm256_loadu_ps(q + d + 8 * i), r[i]);
-    /* lanes 0-15 of (acc0 + acc2) + (acc1 + acc3), acc j = registers 2j, 2j+1 */
-    const __m256 x0 = _mm256_add_ps(_mm256_add_ps(r[0], r[4]), _mm256_add_ps(r[2], r[6]));
-    const __m256 x1 = _mm256_add_ps(_mm256_add_ps(r[1], r[5]), _mm256_add_ps(r[3], r[7]));
-    double sum = (double)el_hsum_ps(_mm256_add_ps(x1, x0));
+    double sum;
+    if (form == LLX_KQ_DOT64) {
+        /* lanes 0-15 of (acc0 + acc2) + (acc1 + acc3), acc j = registers 2j, 2j+1 */
+        const __m256 x0 = _mm256_add_ps(_mm256_add_ps(r[0], r[4]), _mm256_add_ps(r[2], r[6]));
+        const __m256 x1 = _mm256_add_ps(_mm256_add_ps(r[1], r[5]), _mm256_add_ps(r[3], r[7]));
+        sum = (double)el_hsum_ps(_mm256_add_ps(x1, x0));
+    } else {
+        /* GGML_F32x8_REDUCE: (acc0 + acc2) + (acc1 + acc3), low + high half, two hadds */
+        const __m256 x = _mm256_add_ps(_mm256_add_ps(r[0], r[2]), _mm256_add_ps(r[1], r[3]));
+        const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+        const __m128 t1 = _mm_hadd_ps(t0, t0);
+        sum = (double)_mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+    }
     for (size_t d = np; d < hd; d++) sum += (double)(h2f(k[d]) * q[d]);
     return (float)sum;
 }

@@ -1604,7 +1604,8 @@ static void test_size_overflow(rng_t *r) {
 
 /* el_llx_*: every ISA gives the scalar references' bits (the order is llama.cpp's, not the CPU's),
  * for 1..4 threads; batches of 1..9 rows reach every path (vec_dot, Q4_K gemv / gemm, tiled Q6_K,
- * Q0 batches); attention over a window in decode and prefill, with head sizes with and without tails. */
+ * Q0 batches); attention, in both x86 builds' orders, over a window in decode and prefill, with head
+ * sizes with and without tails past 8, 16, 32 and 64. */
 static void test_llamacpp_order(rng_t *r) {
     static const int types[] = {EL_TYPE_Q5_0, EL_TYPE_Q8_0, EL_TYPE_Q4_1, EL_TYPE_Q4_K, EL_TYPE_Q6_K};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
@@ -1636,8 +1637,9 @@ static void test_llamacpp_order(rng_t *r) {
         }
         free(w);
     }
-    static const size_t head_dims[] = {64, 80, 256};
-    for (size_t hi = 0; hi < 3; hi++)
+    static const size_t head_dims[] = {64, 80, 96, 256};
+    for (int build = EL_LLX_AVX2; build <= EL_LLX_AVX512; build++)
+    for (size_t hi = 0; hi < 4; hi++)
         for (size_t n_q = 1; n_q <= 5; n_q += 4) {
             const size_t hd = head_dims[hi], nh = 4, nkv = 2, n_kv = 70, cells = 128;
             float *q = xmalloc(n_q * nh * hd * sizeof(float)), *o = xmalloc(n_q * nh * hd * sizeof(float));
@@ -1653,12 +1655,12 @@ static void test_llamacpp_order(rng_t *r) {
                 for (int nt = 1; nt <= 4; nt += 3) {
                     float *scratch = xmalloc(el_llx_attn_scratch_floats(cells, hd, nt) * sizeof(float));
                     el_attn_args a = {q, n_q, q_pos, nh, nkv, hd, EL_TYPE_F16, kc, vc, kv_pos, n_kv, 33, 0.125f, 0.0f, o, NULL};
-                    el_llx_attention(pool_of(nt), &a, cells, scratch);
+                    el_llx_attention(pool_of(nt), (el_llx_build)build, &a, cells, scratch);
                     free(scratch);
                     if (k == 0 && nt == 1) memcpy(os, o, n_q * nh * hd * sizeof(float));
                     else
-                        check(memcmp(os, o, n_q * nh * hd * sizeof(float)) == 0, "llx attention hd=%zu n_q=%zu isa=%s threads=%d: not the scalar bits",
-                              hd, n_q, g_isas[k], nt);
+                        check(memcmp(os, o, n_q * nh * hd * sizeof(float)) == 0, "llx attention hd=%zu n_q=%zu isa=%s threads=%d build=%d: not the scalar bits",
+                              hd, n_q, g_isas[k], nt, build);
                 }
             }
             free(q), free(o), free(os), free(kc), free(vc), free(kv_pos), free(q_pos);

@@ -11,6 +11,9 @@ from typing import Any, NoReturn
 
 from edgellama.gguf.limits import INT32_MAX
 
+# --numerics: engine.NUMERICS's names (tests/test_c_api.py holds the two equal)
+NUMERICS = ("native", "llamacpp", "llamacpp-avx2", "llamacpp-avx512")
+
 EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 
@@ -136,9 +139,10 @@ def add_model_args(p: argparse.ArgumentParser, threads_list: bool = False, sever
                    help="tokens kept at the start when the context fills up and shifts (system prompt, sinks)")
     p.add_argument("--no-context-shift", action="store_true",
                    help="stop at a full context instead of dropping the oldest tokens")
-    p.add_argument("--numerics", choices=("native", "llamacpp"), default="native",
+    p.add_argument("--numerics", choices=NUMERICS, default="native",
                    help="native: this CPU's fastest kernels; llamacpp: llama.cpp's own order of every float "
-                        "operation (its x86 build), so logits and greedy text equal llama.cpp's bit for bit")
+                        "operation as its x86 build for this CPU runs it (AVX-512 or AVX2), so logits and greedy "
+                        "text equal llama.cpp's bit for bit; llamacpp-avx2, llamacpp-avx512: that of the build named")
     add_lora_args(p)
     add_ignored_args(p)
 

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from edgellama.cli.common import add_lora_args
+from edgellama.cli.common import NUMERICS, add_lora_args
 from edgellama.gguf.ggml_types import type_name
 from edgellama.gguf.reader import GGUFError, GGUFValueType, ValueTypes
 from edgellama.gguf.split import ModelFile, SplitGGUF, open_model_file
@@ -64,7 +64,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument("-t", "--threads", type=int, default=0)
     g.add_argument("--cache-type", choices=("f16", "q8_0", "f32"), default="f16")
     g.add_argument("--mem-budget", metavar="SIZE", help="e.g. 300M, 1.5G")
-    g.add_argument("--numerics", choices=("native", "llamacpp"), default="native",
+    g.add_argument("--numerics", choices=NUMERICS, default="native",
                    help="llamacpp: the scratch of llama.cpp's float order too")
     add_lora_args(g)
     g.add_argument("--parallel", type=int, default=1,

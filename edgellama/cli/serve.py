@@ -175,7 +175,7 @@ def check_model(args: argparse.Namespace, where: str = "") -> None:
         if not 1 <= args.parallel <= 256:
             raise ValueError("--parallel must be in 1..256")
         if args.parallel > 1 and args.numerics != "native":
-            raise ValueError("--numerics llamacpp evaluates one sequence per forward pass (its bits are llama.cpp's "
+            raise ValueError(f"--numerics {args.numerics} evaluates one sequence per forward pass (its bits are llama.cpp's "
                              "per sequence): use --parallel 1 with it")
         if args.parallel > args.batch_size:
             raise ValueError(f"--parallel {args.parallel} exceeds -b/--batch-size {args.batch_size}: a step carries "

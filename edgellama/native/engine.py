@@ -41,7 +41,9 @@ def _enum(prefix: str) -> dict[str, int]:
 
 ARCHS = _enum("EL_ARCH_")  # ModelDesc.arch
 ACTS = _enum("EL_ACT_")  # ModelDesc.act
-NUMERICS = _enum("EL_NUMERICS_")  # el_numerics: the forward pass's float order
+# el_numerics, the forward pass's float order: native, llamacpp (llama.cpp's x86 build for this CPU),
+# llamacpp-avx2, llamacpp-avx512 (that build's order)
+NUMERICS = {name.replace("_", "-"): code for name, code in _enum("EL_NUMERICS_").items()}
 # the KV cache formats el_model_create takes, by their ggml type names
 KV_TYPES = {name: int(getattr(lib, f"EL_TYPE_{name.upper()}")) for name in ("f32", "f16", "q8_0")}
 
@@ -229,7 +231,9 @@ class Engine:
         return self._ptr
 
     def set_numerics(self, numerics: str) -> None:
-        """'native' (this CPU's fastest kernels) or 'llamacpp' (llama.cpp's float order, bit for bit)."""
+        """'native' (this CPU's fastest kernels), 'llamacpp-avx2' / 'llamacpp-avx512' (the float order of
+        llama.cpp's AVX2 / AVX-512 x86 build, bit for bit) or 'llamacpp' (the one llama.cpp builds for this
+        CPU)."""
         code = numerics_code(numerics)
         with self._lock:
             status = lib.el_model_set_numerics(self._model, code)
