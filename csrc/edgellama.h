@@ -205,8 +205,8 @@ EL_API int el_model_plan(const el_model_desc *desc, int32_t n_ctx, int32_t n_bat
  * same bits), at some cost in speed. LLAMACPP: the one of the two llama.cpp builds natively for this
  * CPU (AVX-512 on an x86 CPU with AVX-512 VNNI, else AVX2; on other CPUs AVX-512). They need an F16
  * KV cache and weights of the types they implement (Q5_0, Q8_0, Q4_1, Q4_K with rows % 8 == 0, Q6_K;
- * F32 norms): EL_EUNSUPPORTED otherwise. Their scratch (el_model_numerics_bytes, then counted in el_model_scratch_bytes) is
- * allocated here, once. Exact while no ring has wrapped and no shift ran. */
+ * F32 norms): EL_EUNSUPPORTED otherwise. Their scratch (el_model_numerics_bytes, then counted in
+ * el_model_scratch_bytes) is allocated here, once. Exact while no ring has wrapped and no shift ran. */
 enum el_numerics { EL_NUMERICS_NATIVE = 0, EL_NUMERICS_LLAMACPP = 1, EL_NUMERICS_LLAMACPP_AVX2 = 2,
                    EL_NUMERICS_LLAMACPP_AVX512 = 3 };
 EL_API int el_model_set_numerics(el_model *model, int numerics);

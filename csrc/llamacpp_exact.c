@@ -61,6 +61,13 @@ static inline float reduce_dot_f16_32(const float acc[32]) {
     return hsum8_hadd(x);
 }
 
+/* the two reductions by the build's vector width KN (16 or 8): of KN lanes (hsum(__m512) / hsum_float_8),
+ * and of ggml_vec_dot_f16's 4 x KN */
+static inline float hsum_kn(size_t kn, const float *a) { return kn == 16 ? hsum16(a) : hsum8(a); }
+static inline float reduce_dot_kn(size_t kn, const float *acc) {
+    return kn == 16 ? reduce_dot_f16(acc) : reduce_dot_f16_32(acc);
+}
+
 static inline float round_f16(float x) { return el_fp16_to_fp32(el_fp32_to_fp16(x)); }
 
 /* ---- activations: ggml's x86 quantize_row_q8_0 / q8_1 (127/amax, round half to even) ---- */
@@ -506,12 +513,12 @@ static float ref_kq(size_t hd, const float *q, const el_half *k, int form) {
         const size_t kn = form == LLX_KQ_TINY16 ? 16 : 8;
         float l16[16] = {0};
         for (size_t d = 0; d < hd; d++) l16[d % kn] = fmaf(el_fp16_to_fp32(k[d]), q[d], l16[d % kn]);
-        return kn == 16 ? hsum16(l16) : hsum8(l16);
+        return hsum_kn(kn, l16);
     }
-    const size_t step = form == LLX_KQ_DOT64 ? 64 : 32, np = hd - hd % step;
+    const size_t kn = form == LLX_KQ_DOT64 ? 16 : 8, np = hd - hd % (4 * kn);
     float l64[64] = {0};
-    for (size_t d = 0; d < np; d++) l64[d % step] = fmaf(el_fp16_to_fp32(k[d]), q[d], l64[d % step]);
-    double sum = (double)(step == 64 ? reduce_dot_f16(l64) : reduce_dot_f16_32(l64));
+    for (size_t d = 0; d < np; d++) l64[d % (4 * kn)] = fmaf(el_fp16_to_fp32(k[d]), q[d], l64[d % (4 * kn)]);
+    double sum = (double)reduce_dot_kn(kn, l64);
     for (size_t d = np; d < hd; d++) sum += (double)(el_fp16_to_fp32(k[d]) * q[d]);
     return (float)sum;
 }
@@ -529,9 +536,8 @@ static void llx_attn_items(void *p, int ith, int nth) {
     /* prefill runs llamafile's tinyBLAS (one accumulator of the build's KN lanes) when the row length
      * is a multiple of KN, decode ggml_vec_dot_f16 (4 x KN lanes) */
     const size_t kn = build_lanes(x->build);
-    const int wide = x->build == EL_LLX_AVX512;
     const int tiny_kq = a->n_q >= 2 && HD % kn == 0, tiny_pv = a->n_q >= 2;
-    const int kq_form = tiny_kq ? (wide ? LLX_KQ_TINY16 : LLX_KQ_TINY8) : (wide ? LLX_KQ_DOT64 : LLX_KQ_DOT32);
+    const int kq_form = kn == 16 ? (tiny_kq ? LLX_KQ_TINY16 : LLX_KQ_DOT64) : (tiny_kq ? LLX_KQ_TINY8 : LLX_KQ_DOT32);
     const size_t lanes = tiny_pv ? kn : 4 * kn;
     float *qf = x->scratch + (size_t)ith * (HD + NC + HD * 64), *s = qf + HD, *acc = s + NC;
     size_t i0, i1;
@@ -557,7 +563,7 @@ static void llx_attn_items(void *p, int ith, int nth) {
         double sum = 0.0;
         for (size_t c0 = 0; c0 < NC; c0 += kn) {
             for (size_t c = c0; c < c0 + kn; c++) s[c] = expf_ggml(x->build, s[c] - mx);
-            sum += (double)(wide ? hsum16(s + c0) : hsum8(s + c0));
+            sum += (double)hsum_kn(kn, s + c0);
         }
         const float inv = (float)(1.0 / sum);
         for (size_t c = 0; c < NC; c++) s[c] = round_f16(s[c] * inv); /* the fp16 copy KQV reads */
@@ -573,7 +579,7 @@ static void llx_attn_items(void *p, int ith, int nth) {
         for (size_t d = 0; d < HD; d++) {
             float col[64];
             for (size_t l = 0; l < lanes; l++) col[l] = acc[l * HD + d];
-            out[d] = tiny_pv ? (wide ? hsum16(col) : hsum8(col)) : (wide ? reduce_dot_f16(col) : reduce_dot_f16_32(col));
+            out[d] = tiny_pv ? hsum_kn(kn, col) : reduce_dot_kn(kn, col);
         }
     }
 }

@@ -321,8 +321,8 @@ static int llx_weights_ok(const el_model_desc *d) {
 
 size_t el_model_numerics_bytes(const el_model_desc *desc, int32_t n_ctx, int32_t n_batch, int n_threads,
                                int numerics) {
-    if (!desc || numerics == EL_NUMERICS_NATIVE || !el_numerics_ops_of(numerics) || n_ctx <= 0 || n_batch <= 0 || n_threads < 1 ||
-        desc_ok(desc) != EL_OK || !llx_weights_ok(desc))
+    if (!desc || numerics == EL_NUMERICS_NATIVE || !el_numerics_ops_of(numerics) || n_ctx <= 0 || n_batch <= 0 ||
+        n_threads < 1 || desc_ok(desc) != EL_OK || !llx_weights_ok(desc))
         return 0;
     el_span t[SC_COUNT];
     size_t block[2];

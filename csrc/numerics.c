@@ -1,9 +1,9 @@
 /* numerics.c - the forward pass's numerics modes (enum el_numerics) as tables of the operations
  * that differ: activation quantizer, matmul, SwiGLU, attention, RoPE's rounding. NATIVE is this
  * CPU's fastest kernels; LLAMACPP_AVX2 / _AVX512 the float order of llama.cpp's AVX2 / AVX-512 x86
- * build (llamacpp_exact.c), LLAMACPP the one of them llama.cpp builds natively for this CPU. el_model_set_numerics
- * picks a table (model.c checks what the mode needs and allocates its scratch); the pass calls
- * through it without knowing the modes. */
+ * build (llamacpp_exact.c), LLAMACPP the one of them llama.cpp builds natively for this CPU.
+ * el_model_set_numerics picks a table (model.c checks what the mode needs and allocates its
+ * scratch); the pass calls through it without knowing the modes. */
 #include "attention.h"
 #include "llamacpp_exact.h"
 #include "matmul.h"

@@ -189,8 +189,8 @@ int el_test_llx_matmul(el_pool *pool, int wtype, const void *w, size_t w_bytes, 
 int el_test_llx_attention(el_pool *pool, int build, const float *q, size_t n_q, const int32_t *q_pos, size_t n_head,
                           size_t n_head_kv, size_t head_dim, const void *k, const void *v, const int32_t *kv_pos,
                           size_t n_kv, int32_t window, float scale, size_t n_cells, float *out) {
-    if ((build != EL_LLX_AVX2 && build != EL_LLX_AVX512) || !pool || !q || !q_pos || !k || !v || !kv_pos || !out || n_q == 0 || head_dim == 0 || n_head_kv == 0 ||
-        n_head % n_head_kv || n_cells == 0 || n_cells % 16)
+    if ((build != EL_LLX_AVX2 && build != EL_LLX_AVX512) || !pool || !q || !q_pos || !k || !v || !kv_pos || !out ||
+        n_q == 0 || head_dim == 0 || n_head_kv == 0 || n_head % n_head_kv || n_cells == 0 || n_cells % 16)
         return EL_EINVAL;
     for (size_t j = 0; j < n_kv; j++)
         if (kv_pos[j] < -1 || (kv_pos[j] >= 0 && (size_t)kv_pos[j] >= n_cells)) return EL_EINVAL;

@@ -57,19 +57,25 @@ def default_site(cache: Path) -> Path:
     return cache / name / "site"
 
 
-def site_version(site: Path) -> str | None:
-    """llama_cpp.__version__ when the package imports from SITE (checked in a fresh interpreter with SITE
-    first on sys.path, the way the worker imports it), else None."""
-    if not (site / "llama_cpp").is_dir():
-        return None
+def _ask_site(site: Path, expr: str) -> str | None:
+    """print(EXPR) of llama_cpp imported from SITE, in a fresh interpreter with SITE first on sys.path (the way
+    the worker imports it): its output, or None when llama_cpp does not import from there (or hangs)."""
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import llama_cpp; "
-            "assert llama_cpp.__file__.startswith(sys.argv[1]), llama_cpp.__file__; print(llama_cpp.__version__)")
+            f"assert llama_cpp.__file__.startswith(sys.argv[1]), llama_cpp.__file__; print({expr})")
     try:
         proc = subprocess.run([sys.executable, "-c", code, str(site)], capture_output=True, text=True,
                               timeout=300, check=False, cwd=tempfile.gettempdir())
     except subprocess.TimeoutExpired:
         return None
-    return proc.stdout.strip() if proc.returncode == 0 else None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def site_version(site: Path) -> str | None:
+    """llama_cpp.__version__ when the package imports from SITE, else None."""
+    if not (site / "llama_cpp").is_dir():
+        return None
+    out = _ask_site(site, "llama_cpp.__version__")
+    return None if out is None else out.strip()
 
 
 def build_numerics(system_info: str) -> str:
@@ -81,12 +87,11 @@ def build_numerics(system_info: str) -> str:
 
 @functools.cache
 def site_numerics(site: Path) -> str:
-    """build_numerics of the llama_cpp in SITE (asked in a fresh interpreter, as site_version does)."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import llama_cpp; "
-            "print(llama_cpp.llama_print_system_info().decode())")
-    proc = subprocess.run([sys.executable, "-c", code, str(site)], capture_output=True, text=True, timeout=300,
-                          check=True, cwd=tempfile.gettempdir())
-    return build_numerics(proc.stdout)
+    """build_numerics of the llama_cpp in SITE (an ensure_site folder)."""
+    info = _ask_site(site, "llama_cpp.llama_print_system_info().decode()")
+    if info is None:
+        raise PeerBuildError(f"llama_cpp does not import from {site}")
+    return build_numerics(info)
 
 
 def _check_version(site: Path, version: str) -> Path:

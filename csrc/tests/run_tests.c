@@ -1638,33 +1638,33 @@ static void test_llamacpp_order(rng_t *r) {
         free(w);
     }
     static const size_t head_dims[] = {64, 80, 96, 256};
-    for (int build = EL_LLX_AVX2; build <= EL_LLX_AVX512; build++)
-    for (size_t hi = 0; hi < 4; hi++)
-        for (size_t n_q = 1; n_q <= 5; n_q += 4) {
-            const size_t hd = head_dims[hi], nh = 4, nkv = 2, n_kv = 70, cells = 128;
-            float *q = xmalloc(n_q * nh * hd * sizeof(float)), *o = xmalloc(n_q * nh * hd * sizeof(float));
-            float *os = xmalloc(n_q * nh * hd * sizeof(float));
-            el_half *kc = xmalloc(n_kv * nkv * hd * sizeof(el_half)), *vc = xmalloc(n_kv * nkv * hd * sizeof(el_half));
-            int32_t *kv_pos = xmalloc(n_kv * sizeof(int32_t)), *q_pos = xmalloc(n_q * sizeof(int32_t));
-            rng_floats(r, q, n_q * nh * hd, 2.0f);
-            for (size_t i = 0; i < n_kv * nkv * hd; i++) kc[i] = rng_half(r, -6, 1), vc[i] = rng_half(r, -6, 1);
-            for (size_t j = 0; j < n_kv; j++) kv_pos[j] = (int32_t)j;
-            for (size_t t = 0; t < n_q; t++) q_pos[t] = (int32_t)(n_kv - n_q + t);
-            for (int k = 0; k < g_n_isas; k++) {
-                use_isa(g_isas[k]);
-                for (int nt = 1; nt <= 4; nt += 3) {
-                    float *scratch = xmalloc(el_llx_attn_scratch_floats(cells, hd, nt) * sizeof(float));
-                    el_attn_args a = {q, n_q, q_pos, nh, nkv, hd, EL_TYPE_F16, kc, vc, kv_pos, n_kv, 33, 0.125f, 0.0f, o, NULL};
-                    el_llx_attention(pool_of(nt), (el_llx_build)build, &a, cells, scratch);
-                    free(scratch);
-                    if (k == 0 && nt == 1) memcpy(os, o, n_q * nh * hd * sizeof(float));
-                    else
-                        check(memcmp(os, o, n_q * nh * hd * sizeof(float)) == 0, "llx attention hd=%zu n_q=%zu isa=%s threads=%d build=%d: not the scalar bits",
-                              hd, n_q, g_isas[k], nt, build);
+    for (int build = EL_LLX_AVX2; build <= EL_LLX_AVX512; build++) /* each build's order, same cases */
+        for (size_t hi = 0; hi < 4; hi++)
+            for (size_t n_q = 1; n_q <= 5; n_q += 4) {
+                const size_t hd = head_dims[hi], nh = 4, nkv = 2, n_kv = 70, cells = 128;
+                float *q = xmalloc(n_q * nh * hd * sizeof(float)), *o = xmalloc(n_q * nh * hd * sizeof(float));
+                float *os = xmalloc(n_q * nh * hd * sizeof(float));
+                el_half *kc = xmalloc(n_kv * nkv * hd * sizeof(el_half)), *vc = xmalloc(n_kv * nkv * hd * sizeof(el_half));
+                int32_t *kv_pos = xmalloc(n_kv * sizeof(int32_t)), *q_pos = xmalloc(n_q * sizeof(int32_t));
+                rng_floats(r, q, n_q * nh * hd, 2.0f);
+                for (size_t i = 0; i < n_kv * nkv * hd; i++) kc[i] = rng_half(r, -6, 1), vc[i] = rng_half(r, -6, 1);
+                for (size_t j = 0; j < n_kv; j++) kv_pos[j] = (int32_t)j;
+                for (size_t t = 0; t < n_q; t++) q_pos[t] = (int32_t)(n_kv - n_q + t);
+                for (int k = 0; k < g_n_isas; k++) {
+                    use_isa(g_isas[k]);
+                    for (int nt = 1; nt <= 4; nt += 3) {
+                        float *scratch = xmalloc(el_llx_attn_scratch_floats(cells, hd, nt) * sizeof(float));
+                        el_attn_args a = {q, n_q, q_pos, nh, nkv, hd, EL_TYPE_F16, kc, vc, kv_pos, n_kv, 33, 0.125f, 0.0f, o, NULL};
+                        el_llx_attention(pool_of(nt), (el_llx_build)build, &a, cells, scratch);
+                        free(scratch);
+                        if (k == 0 && nt == 1) memcpy(os, o, n_q * nh * hd * sizeof(float));
+                        else
+                            check(memcmp(os, o, n_q * nh * hd * sizeof(float)) == 0, "llx attention hd=%zu n_q=%zu isa=%s threads=%d build=%d: not the scalar bits",
+                                  hd, n_q, g_isas[k], nt, build);
+                    }
                 }
+                free(q), free(o), free(os), free(kc), free(vc), free(kv_pos), free(q_pos);
             }
-            free(q), free(o), free(os), free(kc), free(vc), free(kv_pos), free(q_pos);
-        }
     use_isa(g_auto_isa);
 }
 
