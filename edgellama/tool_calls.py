@@ -63,6 +63,7 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
         params = fn.get("parameters", {"type": "object", "properties": {}})
         if not isinstance(params, dict):
             raise ToolError(f"tools[{i}].function.parameters must be a JSON Schema object")
+    check_schemas(tools)
     return tools
 
 
@@ -106,27 +107,45 @@ def generic_system(tools: list[dict[str, Any]]) -> str:
             + "\n".join(json.dumps(t["function"], ensure_ascii=False) for t in tools))
 
 
-def _params_schema(fn: dict[str, Any]) -> dict[str, Any]:
-    from edgellama.grammar.json_schema import SchemaError, schema_to_gbnf
+def _params(fn: dict[str, Any]) -> Any:
+    return fn.get("parameters") or {"type": "object", "properties": {}}
 
-    params = fn.get("parameters") or {"type": "object", "properties": {}}
-    try:
-        schema_to_gbnf(params)
-        return params
-    except SchemaError:  # keywords the grammar cannot express: any JSON object for this tool's arguments
-        return {"type": "object"}
+
+def check_schemas(tools: list[dict[str, Any]]) -> list[str]:
+    """Every tool's parameters converted to a grammar before anything is generated: a keyword the grammar
+    cannot express is a ToolError naming the tool and the keyword (never a silent any-object); returns
+    the notes of what is read loosely (an unanchored pattern: any string), each naming its tool."""
+    from edgellama.grammar.json_schema import SchemaError, convert_schema
+
+    notes = []
+    for i, t in enumerate(tools):
+        name = t["function"]["name"]
+        try:
+            conv = convert_schema(_params(t["function"]), "args")
+        except SchemaError as exc:
+            raise ToolError(f"tools[{i}] ({name}): its parameters schema cannot be enforced: {exc}") from None
+        notes += [f"tool {name} {n}" for n in conv.notes]
+    return notes
 
 
 def _call_rules(fmt: str, tools: list[dict[str, Any]], only: str | None) -> str:
-    """GBNF of one call's JSON, rule `tool-call`: a tool's name and arguments its schema validates."""
-    from edgellama.grammar.json_schema import schema_to_gbnf
+    """GBNF of one call's JSON, rule `tool-call`: a tool's name and arguments its schema validates (each
+    tool's schema its own document, so its $refs stay inside it)."""
+    from edgellama.grammar.json_schema import SchemaConverter, literal
 
     key = "parameters" if fmt == "llama3" else "arguments"
-    alts = [{"type": "object", "properties": {"name": {"const": t["function"]["name"]},
-                                               key: _params_schema(t["function"])},
-             "required": ["name", key], "additionalProperties": False}
-            for t in tools if only is None or t["function"]["name"] == only]
-    return schema_to_gbnf(alts[0] if len(alts) == 1 else {"anyOf": alts}, "tool-call")
+    conv = SchemaConverter()
+    space = conv.prim("space")
+    alts = []
+    for i, t in enumerate(tools):
+        name = t["function"]["name"]
+        if only is not None and name != only:
+            continue
+        args = conv.add_schema(_params(t["function"]), f"tool-{i}-args", f"tools[{i}] ({name}).parameters")
+        head = literal(json.dumps(name, ensure_ascii=False))
+        alts.append(conv.add(f"tool-{i}", f'"{{" {space} "\\"name\\"" {space} ":" {space} {head} {space} "," '
+                                          f'{space} "\\"{key}\\"" {space} ":" {space} {args} "}}" {space}'))
+    return conv.gbnf("tool-call", " | ".join(alts))
 
 
 def call_grammar(fmt: str, tools: list[dict[str, Any]], only: str | None = None, parallel: bool = False) -> Any:
@@ -359,7 +378,40 @@ def parse_reply(text: str, fmt: str, tools: list[dict[str, Any]]) -> tuple[str, 
                 return "", calls
         if isinstance(obj.get("response"), str):
             return obj["response"], []
+    if not found:  # an answer cut short: its text, not the JSON around it
+        answer = generic_response(text)
+        if answer is not None:
+            return answer, []
     return text, []
+
+
+_OPEN_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\(?:u[0-9a-fA-F]{0,3})?$")
+_HIGH_SURROGATE = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}$")
+
+
+def partial_string(text: str, start: int, end: int | None) -> str | None:
+    """The JSON string at text[start] decoded as far as it is written (an escape being written held back)."""
+    if end is not None:
+        value = json.loads(text[start:end])
+        return value if isinstance(value, str) else None
+    body = _HIGH_SURROGATE.sub("", _OPEN_ESCAPE.sub(r"\1", text[start + 1:]))
+    try:
+        value = json.loads('"' + body + '"', strict=False)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def generic_response(text: str) -> str | None:
+    """The generic format's answer {"response": "..."} as far as it is written (a reply cut by the token
+    limit included), or None when text is not that answer."""
+    j = skip_space(text, 0)
+    if text[j:j + 1] != "{":
+        return None
+    members, _ = scan(text, j)
+    if not members or members[0][0] != "response" or text[members[0][1]:members[0][1] + 1] != '"':
+        return None
+    return partial_string(text, members[0][1], members[0][2])
 
 
 def _parse_hermes(text: str, names: set[str]) -> tuple[str, list[ToolCall]]:

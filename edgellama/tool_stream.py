@@ -8,8 +8,6 @@ them (`live`); otherwise each arrives whole at the end.
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +18,7 @@ from edgellama.tool_calls import (
     ToolCall,
     call_id,
     call_parts,
+    generic_response,
     parse_reply,
     scan,
     skip_space,
@@ -94,13 +93,7 @@ class ToolStream:
 
     def _response_text(self) -> str:
         """The generic format's answer {"response": "..."}: the string as far as it is written."""
-        j = skip_space(self.text, 0)
-        if self.text[j:j + 1] != "{":
-            return ""
-        members, _ = scan(self.text, j)
-        if not members or members[0][0] != "response" or self.text[members[0][1]:members[0][1] + 1] != '"':
-            return ""
-        text = _partial_string(self.text, members[0][1], members[0][2])
+        text = generic_response(self.text)
         return text[len(self.shown):] if text is not None and text.startswith(self.shown) else ""
 
     # calls
@@ -160,20 +153,3 @@ class ToolStream:
             if delta:
                 deltas.append({"index": k, **delta})
         return deltas
-
-
-_OPEN_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\(?:u[0-9a-fA-F]{0,3})?$")
-_HIGH_SURROGATE = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}$")
-
-
-def _partial_string(text: str, start: int, end: int | None) -> str | None:
-    """The JSON string at text[start] decoded as far as it is written (an escape being written held back)."""
-    if end is not None:
-        value = json.loads(text[start:end])
-        return value if isinstance(value, str) else None
-    body = _HIGH_SURROGATE.sub("", _OPEN_ESCAPE.sub(r"\1", text[start + 1:]))
-    try:
-        value = json.loads('"' + body + '"', strict=False)
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, str) else None

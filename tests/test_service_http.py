@@ -194,6 +194,46 @@ def test_llama_server_field_names(server: ServerProc) -> None:
     assert chat["object"] == "chat.completion" and chat["choices"][0]["finish_reason"] == "length"
 
 
+VOLUME_TOOL = {"type": "function", "function": {"name": "set_volume", "parameters": {
+    "type": "object", "properties": {"level": {"type": "integer", "minimum": 0, "maximum": 100, "multipleOf": 5}},
+    "required": ["level"]}}}
+LOOSE_TOOL = {"type": "function", "function": {"name": "find", "parameters": {
+    "type": "object", "properties": {"q": {"type": "string", "pattern": "[0-9]+"}}, "required": ["q"]}}}
+
+
+def test_a_tool_schema_that_cannot_be_enforced_is_refused_on_every_door(server: ServerProc) -> None:
+    """Never a silent any-object: the tool and the keyword are named before anything is generated."""
+    msgs = [{"role": "user", "content": "Volume to 40."}]
+    for path, choice in (("/v1/chat/completions", "required"), ("/v1/chat/completions", "auto"),
+                         ("/apply-template", None)):
+        body: dict[str, Any] = {"messages": msgs, "tools": [VOLUME_TOOL], "max_tokens": 4}
+        if choice:
+            body["tool_choice"] = choice
+        got, r = call(server, "POST", path, body)
+        assert got == 400, (path, r)
+        assert "tools[0] (set_volume)" in r["error"]["message"] and "'multipleOf'" in r["error"]["message"], r
+    with server.connect() as c:
+        ev = c.ask({"id": 1, "messages": msgs, "tools": [VOLUME_TOOL], "tool_choice": "required"})[-1]
+    assert ev["event"] == "error" and ev["code"] == "bad_request" and "'multipleOf'" in ev["message"], ev
+
+
+def test_apply_template_renders_tools_as_chat_does_and_relaxations_are_logged(server: ServerProc) -> None:
+    msgs = [{"role": "user", "content": "Find 42."}]
+    plain = call(server, "POST", "/apply-template", {"messages": msgs})[1]["prompt"]
+    with_tools = call(server, "POST", "/apply-template", {"messages": msgs, "tools": [LOOSE_TOOL]})[1]["prompt"]
+    assert '"find"' in with_tools and '"find"' not in plain  # SmolLM2's generic tool text names the tool
+    none = call(server, "POST", "/apply-template", {"messages": msgs, "tools": [LOOSE_TOOL], "tool_choice": "none"})
+    assert none[1]["prompt"] == plain
+    got, r = call(server, "POST", "/v1/chat/completions", {"messages": msgs, "tools": [LOOSE_TOOL],
+                                                             "tool_choice": "required", "max_tokens": 24})
+    assert got == 200, r
+    deadline = time.monotonic() + 10
+    while not [x for x in server.records() if x.get("msg") == "schema read loosely"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    notes = [x for x in server.records() if x.get("msg") == "schema read loosely"]
+    assert notes and "tool find #/properties/q" in notes[-1]["notes"][0] and "not anchored" in notes[-1]["notes"][0]
+
+
 @pytest.mark.parametrize(("body", "status", "words"), [
     ({"prompt": PROMPT, "mirostat": 1}, 400, "'mirostat' must be one of 0, 2"),  # v2 is served (below)
     ({"prompt": "", "n_predict": 2}, 400, "field 'prompt' must not be empty"),
@@ -204,7 +244,7 @@ def test_llama_server_field_names(server: ServerProc) -> None:
     ({"prompt": [[1, 2], []]}, 400, "field 'prompt' must not be empty"),
     ({"prompt": PROMPT, "top_p": 3}, 400, "top_p"),  # protocol v1's range check, its words
     ({"prompt": PROMPT, "grammar": "root ::= \"yes"}, 400, "line 1, column 14: unterminated string"),
-    ({"prompt": PROMPT, "json_schema": {"type": "integer", "minimum": 1}}, 400, "'minimum' is not supported"),
+    ({"prompt": PROMPT, "json_schema": {"type": "integer", "multipleOf": 2}}, 400, "'multipleOf' is not supported"),
     ({"prompt": PROMPT, "lora": [{"id": 0, "scale": 1}]}, 400, "lora: no adapter 0"),  # none loaded
 ])
 def test_refused_fields_get_llama_server_error_json(server: ServerProc, body: dict[str, Any], status: int,

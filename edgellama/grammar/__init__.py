@@ -10,13 +10,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from edgellama.grammar.json_schema import SchemaError, schema_to_gbnf
+from edgellama.grammar.json_schema import Note, SchemaError, convert_schema, schema_to_gbnf
 from edgellama.grammar.parser import Grammar, GrammarError, parse
 
 BUNDLED = Path(__file__).resolve().parent / "bundled"
 
 __all__ = ["BUNDLED", "Grammar", "GrammarError", "SchemaError", "bundled_names", "constrain", "grammar_file",
-           "grammar_from_args", "grammar_from_schema", "parse", "schema_to_gbnf"]
+           "grammar_from_args", "grammar_from_schema", "parse", "schema_grammar", "schema_to_gbnf"]
 
 
 def bundled_names() -> list[str]:
@@ -40,13 +40,19 @@ def grammar_file(name: str) -> str:
 
 def grammar_from_schema(schema: Any) -> Grammar:
     """A JSON Schema (dict or JSON text) -> Grammar."""
+    return schema_grammar(schema)[0]
+
+
+def schema_grammar(schema: Any) -> tuple[Grammar, list[Note]]:
+    """A JSON Schema (dict or JSON text) -> Grammar, and the notes of what it reads loosely (docs/grammar.md)."""
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
         except json.JSONDecodeError as exc:
             raise SchemaError(f"the JSON schema is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") \
                 from None
-    return parse(schema_to_gbnf(schema))
+    conv = convert_schema(schema)
+    return parse(conv.gbnf), conv.notes
 
 
 def grammar_from_args(grammar: str | None = None, grammar_file_name: str | None = None,

@@ -110,9 +110,10 @@ class ModelView(Protocol):
         """The loaded model's tokenizer; NotReady unless it is loaded."""
         ...
 
-    def chat_prompt(self, messages: list[dict[str, Any]]) -> str:
-        """The text chat messages are evaluated as: the model's chat template over them, with its
-        --system-prompt first unless they hold a system message. NotReady unless the model is loaded;
+    def chat_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+        """The text chat messages are evaluated as: the model's chat template over them (and OpenAI's tools,
+        as a chat request with tools renders them), with its --system-prompt first unless they hold a
+        system message. NotReady unless the model is loaded;
         protocol.ProtocolError when the template refuses them."""
         ...
 

@@ -63,11 +63,11 @@ class Model:
     def tokenizer(self) -> Tokenizer:
         return self._llm().tokenizer
 
-    def chat_prompt(self, messages: list[dict[str, Any]]) -> str:
+    def chat_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
         from edgellama.service.scheduler import render_chat
 
         # the --system-prompt added as the scheduler adds it to a chat request
-        return render_chat(self._llm(), messages, self.host.engine.system_prompt).text
+        return render_chat(self._llm(), messages, self.host.engine.system_prompt, tools).text
 
     def snapshot(self) -> dict[str, Any]:
         s = self.host.sched

@@ -10,7 +10,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from edgellama import params as R
@@ -62,6 +62,7 @@ class Completion(GenParams):
     logprobs: bool = False  # each token's log-probability in its event (`probs`)
     n_probs: int = 0  # and the n most likely tokens' (0..20; > 0 implies logprobs)
     post_sampling_probs: bool = False  # llama-server's: probabilities after the sampling chain instead
+    schema_notes: list[str] = field(default_factory=list)  # what a schema's grammar reads loosely (logged)
 
     @property
     def probs_wanted(self) -> int:
@@ -284,7 +285,7 @@ def _message(i: int, m: Any, req_id: Any) -> None:
 
 def _tools(obj: dict[str, Any], req: Completion) -> None:
     """tools, tool_choice, parallel_tool_calls (chat messages only)."""
-    from edgellama.tool_calls import ToolError, check_choice, check_tools
+    from edgellama.tool_calls import ToolError, check_choice, check_schemas, check_tools
 
     if all(obj.get(k) is None for k in ("tools", "tool_choice", "parallel_tool_calls")):
         return
@@ -293,6 +294,7 @@ def _tools(obj: dict[str, Any], req: Completion) -> None:
     try:
         tools = check_tools(obj["tools"]) if obj.get("tools") else []
         req.tool_choice = check_choice(obj.get("tool_choice"), tools)
+        req.schema_notes += check_schemas(tools)
     except ToolError as exc:
         raise ProtocolError(BAD_REQUEST, str(exc), req.id) from None
     parallel = obj.get("parallel_tool_calls", False)
@@ -384,10 +386,14 @@ def _constraint(obj: dict[str, Any], req: Completion) -> None:
         raise ProtocolError(BAD_REQUEST, "give 'grammar' or 'json_schema', not both", req.id)
     if not grammar and schema is None:
         return
-    from edgellama.grammar import GrammarError, SchemaError, grammar_from_schema, parse
+    from edgellama.grammar import GrammarError, SchemaError, parse, schema_grammar
 
     try:
-        req.constraint = parse(grammar) if grammar else grammar_from_schema(schema)
+        if grammar:
+            req.constraint = parse(grammar)
+        else:
+            req.constraint, notes = schema_grammar(schema)
+            req.schema_notes += [f"json_schema {n}" for n in notes]
     except (GrammarError, SchemaError) as exc:
         raise ProtocolError(BAD_REQUEST, f"{'grammar' if grammar else 'json_schema'}: {exc}", req.id) from None
     except RecursionError:

@@ -215,6 +215,8 @@ class Server:
                                        | ({"model": host.name} if self.several else {})})
             return exc
         conn.inflight[req.id] = job
+        if isinstance(req, P.Completion) and req.schema_notes:  # the documented relaxations, named for it
+            log.info("schema read loosely", extra={"fields": {"id": req.id, "notes": req.schema_notes}})
         return None
 
     def _refuse_kind(self, host: ModelHost, req: P.Completion | P.Embedding) -> P.ProtocolError | None:

@@ -190,10 +190,10 @@ async def detokenize(conn: HttpConnection, req: h11.Request, body: bytes) -> Non
     conn.respond_json(200, {"content": tok.decode(ids, strip_space_prefix=False)})
 
 
-def chat_prompt(m: ModelView, messages: list[dict[str, Any]]) -> str:
+def chat_prompt(m: ModelView, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
     """The text a chat request is evaluated as (the model's --system-prompt added as the scheduler does)."""
     try:
-        return m.chat_prompt(messages)
+        return m.chat_prompt(messages, tools)
     except NotReady:
         raise F.HttpError(503, "Loading model") from None
     except P.ProtocolError as exc:
@@ -225,7 +225,10 @@ async def post_lora_adapters(conn: HttpConnection, req: h11.Request, body: bytes
 
 async def apply_template(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
     obj = F.json_body(body)
-    # protocol v1's checks of the messages (roles, shapes), with the same messages
-    creq = F.parse_v1({"id": 0, "messages": F.chat_messages(obj.get("messages"))})
+    # protocol v1's checks of the messages (roles, shapes) and tools (their schemas too), as a chat request's
+    v1 = {"id": 0, "messages": F.chat_messages(obj.get("messages"))}
+    v1.update({k: obj[k] for k in ("tools", "tool_choice") if obj.get(k) is not None})
+    creq = F.parse_v1(v1)
     assert creq.messages is not None
-    conn.respond_json(200, {"prompt": chat_prompt(await loaded(conn, body_model(obj)), creq.messages)})
+    tools = creq.tools if creq.tool_choice != "none" else None
+    conn.respond_json(200, {"prompt": chat_prompt(await loaded(conn, body_model(obj)), creq.messages, tools)})
