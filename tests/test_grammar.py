@@ -14,7 +14,6 @@ import pytest
 
 from edgellama.grammar import (
     GrammarError,
-    SchemaError,
     bundled_names,
     grammar_file,
     grammar_from_schema,

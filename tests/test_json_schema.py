@@ -22,7 +22,7 @@ from edgellama.grammar.number_range import integer_range, number_range
 from edgellama.tool_calls import ToolError, call_grammar, check_schemas, check_tools
 
 CASE = re.compile(r'test\(\{\s*(SUCCESS|FAILURE),\s*"((?:[^"\\]|\\.)*)",\s*(?:R"""\((.*?)\)"""|"((?:[^"\\]|\\.)*)"),'
-                  r'\s*(?:R"""\((.*?)\)"""|"")\s*\}\);', re.S)
+                  r'\s*(?:R"""\((.*?)\)"""|"")\s*\}\);', re.DOTALL)
 
 
 def llamacpp_cases() -> list[tuple[str, str, Any]]:
