@@ -109,3 +109,14 @@ def test_a_plain_answer_streams_as_content() -> None:
     assert out + end.rest == "Paris is in France." and not end.calls and end.finish_reason("stop") == "stop"
     held = ToolStream("hermes", TOOLS)  # a reply opening with `{` may be a bare JSON call: held to its end
     assert held.feed('{"a": 1}') == ("", []) and held.finish().rest == '{"a": 1}'
+
+
+def test_a_generic_answer_cut_by_the_token_limit_is_its_text_not_its_json() -> None:
+    """Not streamed, a `{"response": ...` cut short gives the answer as far as written (no JSON wrapper),
+    the same text the stream gave; an escape being written is held back."""
+    for cut, text in (('{"response": "The capital is Par', "The capital is Par"),
+                      ('{"response": "caf\\u00e', "caf"), ('{"response": "a\\nb', "a\nb")):
+        assert parse_reply(cut, "generic", TOOLS) == (text, [])
+        s = ToolStream("generic", TOOLS)
+        streamed = "".join(s.feed(ch)[0] for ch in cut)
+        assert streamed == text and s.finish().content == text
