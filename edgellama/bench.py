@@ -77,7 +77,6 @@ def _time_parallel(slots: Any, prompts: list[list[int]], n_gen: int,
     for s in slots.slots:
         slots.release(s)
         s.seq.clear()
-        s.tokens = []
     t0 = time.perf_counter()
     for s, p in zip(slots.slots, prompts):
         slots.start(s, p)

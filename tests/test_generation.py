@@ -169,6 +169,16 @@ def test_bench_json_reports_both_tests(smollm2_path: Path) -> None:
     assert all(r["tok_s_mean"] > 0 and len(r["samples"]) == 2 for r in rows)
 
 
+def test_bench_parallel_reports_each_count_against_one_slot(smollm2_path: Path) -> None:
+    """`bench --parallel` (llama-batched-bench's test): a row per sequence count, measured against one slot."""
+    p = _cli("bench", "-m", str(smollm2_path), "-p", "8", "-n", "4", "-t", "2", "-r", "1", "--parallel", "1,2", "--json")
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    assert sorted(r["parallel"] for r in rows) == [1, 2]
+    assert all(r["tg_tok_s"] > 0 and r["pp_tok_s"] > 0 for r in rows)
+    assert next(r for r in rows if r["parallel"] == 1)["tg_vs_1_slot"] == 1.0
+
+
 def test_interactive_chat_reads_turns_from_stdin_until_eof(smollm2_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.run(
