@@ -153,6 +153,7 @@ class CompletionAPI:
         first (each given the ones before it; the first one's null, as OpenAI's)."""
         if suffix is not None:
             raise ValueError("suffix is not supported")
+        R.check_unicode({"prompt": prompt, "stop": stop}, "")
         if logprobs is not None and (isinstance(logprobs, bool) or not 0 <= logprobs <= MAX_TOP):
             raise ValueError(f"logprobs must be an integer in 0..{MAX_TOP}")
         ids = list(prompt) if isinstance(prompt, list) else self.tokenize(prompt)
@@ -208,6 +209,7 @@ class CompletionAPI:
         tool_calls); streamed, a call arrives as OpenAI's deltas while it is written (edgellama.tool_stream)."""
         from edgellama.tool_calls import call_format, check_choice, check_tools, choice_grammar
 
+        R.check_unicode({"messages": messages, "stop": stop}, "")
         tool_list = check_tools(tools) if tools else []
         choice = check_choice(tool_choice, tool_list)
         if choice not in ("auto", "none") and (grammar is not None or response_format is not None):

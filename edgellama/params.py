@@ -191,6 +191,33 @@ def _bias(name: str, value: Any) -> list[tuple[int | str, float]]:
     return out
 
 
+def lone_surrogate(value: Any, path: str) -> str | None:
+    """The path (`stop[1]`, `messages[0].content`) of the first string or key in a JSON value that holds a
+    lone UTF-16 surrogate (JSON's "\\ud800" escape decodes to one: no character, no UTF-8), or None.
+    Walked with a stack: a value nested as deep as the JSON parser allows is no recursion error here."""
+    stack = [(path, value)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, str):
+            if any(0xD800 <= ord(c) <= 0xDFFF for c in v):
+                return where
+        elif isinstance(v, list):
+            stack += reversed([(f"{where}[{i}]", x) for i, x in enumerate(v)])
+        elif isinstance(v, dict):
+            for k, x in reversed(list(v.items())):
+                name = f"{where}.{k}" if where else str(k)
+                stack += [(name, x), (name, k)]
+    return None
+
+
+def check_unicode(value: Any, path: str) -> None:
+    """A ParamError naming the field when value holds text that is not valid Unicode (lone surrogates)."""
+    found = lone_surrogate(value, path)
+    if found:
+        raise ParamError(f"field {found!r}", "is not valid Unicode: it holds a lone UTF-16 surrogate "
+                                              "(\\ud800-\\udfff) that encodes no character")
+
+
 def json_repr(v: Any) -> str:
     import json
 

@@ -136,3 +136,14 @@ def test_a_hostile_template_is_sandboxed_and_bounded() -> None:
     ok = chat_formatter({**md, "tokenizer.chat_template": "{{ bos_token }}{% for m in messages %}{{ m.content }}"
                                                            "{% endfor %}{% if add_generation_prompt %}>{% endif %}"})
     assert ok.render([{"role": "user", "content": "hi"}]) == "<s>hi>"
+
+
+def test_text_that_is_not_unicode_is_a_value_error_naming_the_field(smol: Any) -> None:
+    """As every other door: a lone UTF-16 surrogate in the prompt, a stop string or a message is refused by
+    name before anything is generated."""
+    with pytest.raises(ValueError, match="field 'prompt' is not valid Unicode"):
+        smol.create_completion("Hi \ud800", max_tokens=2)
+    with pytest.raises(ValueError, match=r"field 'stop\[0\]' is not valid Unicode"):
+        smol.create_completion("Hi", stop=["\udc00"], max_tokens=2)
+    with pytest.raises(ValueError, match=r"field 'messages\[0\].content' is not valid Unicode"):
+        smol.create_chat_completion([{"role": "user", "content": "\ud83d"}], max_tokens=2)

@@ -330,6 +330,15 @@ def test_a_half_closed_client_still_gets_its_answer(server: ServerProc) -> None:
             c.event()  # then the server closes the connection
 
 
+def test_a_last_line_without_its_newline_is_still_answered(server: ServerProc) -> None:
+    """`printf '{...}' | nc -N`: the input ends where the line does; that request is served, not dropped."""
+    with server.connect() as c:
+        c.send_raw(json.dumps({"id": "nonl", "prompt": "Good morning", "n_predict": 2}).encode())
+        c.sock.shutdown(socket.SHUT_WR)
+        events = c.until_final({"nonl"})["nonl"]
+        assert final(events)["event"] == "done"
+
+
 def test_a_client_gone_while_queued_leaves_the_queue_at_once(server: ServerProc) -> None:
     with server.connect() as a:
         a.send({"id": "busy", "prompt": "Write about mountains.", "n_predict": LONG, "temperature": 0})

@@ -194,6 +194,27 @@ def test_llama_server_field_names(server: ServerProc) -> None:
     assert chat["object"] == "chat.completion" and chat["choices"][0]["finish_reason"] == "length"
 
 
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/completion", {"prompt": "Hi \ud800", "n_predict": 2}, "prompt"),
+    ("/completion", {"prompt": PROMPT, "stop": ["ok", "\udc00"], "n_predict": 2}, "stop[1]"),
+    ("/v1/completions", {"prompt": "Hi \ud800", "max_tokens": 2}, "prompt"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "\ud83d"}], "max_tokens": 2},
+     "messages[0].content"),
+    ("/apply-template", {"messages": [{"role": "user", "content": "\ud800"}]}, "messages[0].content"),
+    ("/tokenize", {"content": "\udfff"}, "content"),
+])
+def test_text_that_is_not_unicode_is_a_400_naming_the_field(server: ServerProc, path: str, body: dict[str, Any],
+                                                            field: str) -> None:
+    """A JSON escape of half a UTF-16 pair is the client's mistake: a 400 naming the field, before anything is
+    generated, on every route (it was a 500 after the whole answer on /completion)."""
+    got, r = call(server, "POST", path, body)
+    assert got == 400 and f"field {field!r} is not valid Unicode" in r["error"]["message"], (path, r)
+    with server.connect() as c:
+        ev = c.ask({"id": 9, **{k: v for k, v in body.items() if k != "max_tokens"}})[-1]
+        if path in ("/completion", "/v1/chat/completions"):  # the same request over protocol v1
+            assert ev["event"] == "error" and ev["code"] == "bad_request" and field in ev["message"], ev
+
+
 VOLUME_TOOL = {"type": "function", "function": {"name": "set_volume", "parameters": {
     "type": "object", "properties": {"level": {"type": "integer", "minimum": 0, "maximum": 100, "multipleOf": 5}},
     "required": ["level"]}}}
@@ -448,6 +469,21 @@ def test_keep_alive_expect_100_continue_and_chunked_bodies(server: ServerProc) -
     assert r2.status == 200 and json.loads(r2.read())["tokens"] == tokens and tokens
     f.close()
     s.close()
+
+
+def test_framing_that_could_smuggle_a_request_is_not_kept_alive(server: ServerProc) -> None:
+    """Transfer-Encoding and Content-Length together: framed by the former, answered, then closed (RFC 9112
+    6.3), so bytes the two framings read differently never become a second request; two Authorization
+    headers are refused (which one would count?)."""
+    body = json.dumps({"content": "Hello world"}).encode()
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    answer = raw(server, b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: %d\r\n"
+                         b"\r\n%sGET /health HTTP/1.1\r\nHost: x\r\n\r\n" % (len(body), chunked))
+    assert status_of(answer) == 200 and b"connection: close" in answer.lower()
+    assert answer.count(b"HTTP/1.1 ") == 1, answer  # the pipelined request after it was never read
+    two = raw(server, b"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\n\r\n")
+    assert status_of(two) == 400 and b"two Authorization headers" in two
+    assert call(server, "GET", "/health")[0] == 200
 
 
 def test_a_half_closed_http_client_still_gets_its_answer(server: ServerProc) -> None:

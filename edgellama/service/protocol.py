@@ -159,6 +159,10 @@ def parse_object(obj: Any, spelling: Mapping[str, str] | None = None) -> Request
     unknown = sorted(set(obj) - allowed)
     if unknown:
         raise ProtocolError(BAD_REQUEST, f"unknown field {unknown[0]!r} in a {kind} request", req_id)
+    try:  # text that is not Unicode (a lone surrogate escape) is the client's mistake, named, on every door
+        R.check_unicode({(spelling or {}).get(k, k): v for k, v in obj.items()}, "")
+    except R.ParamError as exc:
+        raise ProtocolError(BAD_REQUEST, str(exc), req_id) from None
     model = model_name(obj.get("model"), req_id)
     if kind == "embedding":
         if req_id is None:

@@ -123,6 +123,10 @@ class Connection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         self.eof = True
+        # a last request line without its newline is still a request (the line ends where the input does)
+        if not self.discarding and bytes(self.buf).strip():
+            self.buf += b"\n"
+            self.data_received(b"")
         # a half-closed client still reads its answers; one that closed outright is gone: returning
         # False closes the transport, and connection_lost cancels its requests now, queued ones too
         return bool(self.inflight) and not self._peer_closed()

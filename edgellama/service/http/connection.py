@@ -63,6 +63,7 @@ class HttpConnection(asyncio.Protocol):
         self.eof = False  # the server closes a client with eof once its last event is sent: never here,
         self.half_closed = False  # as the response is written after that event; this closes it instead
         self.closed = False
+        self.framing_close = False  # the request had both Transfer-Encoding and Content-Length: close after it
         self.refused = False  # answered before its request was read whole: nothing more is read
         self.request: h11.Request | None = None
         self.body = bytearray()
@@ -148,6 +149,13 @@ class HttpConnection(asyncio.Protocol):
         if size > MAX_HEADER:
             self._refuse(431, f"request line and headers larger than {MAX_HEADER} bytes")
             return
+        names = [k for k, _ in req.headers]
+        if names.count(b"authorization") > 1:
+            self._refuse(400, "two Authorization headers: send one")
+            return
+        # RFC 9112 6.3: a body framed by Transfer-Encoding despite a Content-Length is read by the former,
+        # and the connection closes after the answer (the two may be a request-smuggling attempt)
+        self.framing_close = b"transfer-encoding" in names and b"content-length" in names
         length = dict(req.headers).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limits.max_body:
             self._refuse(413, f"request body of {int(length)} bytes is larger than {self.limits.max_body} "
@@ -207,6 +215,7 @@ class HttpConnection(asyncio.Protocol):
         self.close()
 
     def _headers(self, content_type: bytes, extra: Iterable[tuple[bytes, bytes]], close: bool) -> list[Any]:
+        close = close or self.framing_close
         h: list[Any] = [(b"content-type", content_type), (b"server", SERVER_NAME), *extra]
         if close:
             h.append((b"connection", b"close"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from edgellama import params as R
 from edgellama.service import protocol as P
 
 
@@ -64,6 +65,10 @@ def json_value(body: bytes) -> Any:
         raise HttpError(400, f"the body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except (RecursionError, ValueError) as exc:
         raise HttpError(400, f"the body is not JSON this server takes: {exc}") from None
+    try:  # text that is not Unicode (a lone surrogate escape): the client's mistake, named
+        R.check_unicode(obj, "")
+    except R.ParamError as exc:
+        raise HttpError(400, str(exc)) from None
     return obj
 
 
