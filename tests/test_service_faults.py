@@ -52,3 +52,26 @@ def test_a_faulty_request_ends_alone(smollm2_path: Path, parallel: int, stage: s
         assert srv.proc.poll() is None
     finally:
         srv.kill()
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_a_5xx_log_line_carries_the_exception_and_its_traceback(fmt: str) -> None:
+    """log.exception (a route that failed: a 500) names the exception and where it was raised."""
+    import logging
+    import sys
+
+    from edgellama.service.logs import Formatter
+
+    try:
+        {}["missing"]  # the failure under test
+    except KeyError:
+        record = logging.getLogger("t").makeRecord("t", logging.ERROR, __file__, 1, "http request failed", (),
+                                                   exc_info=sys.exc_info(),
+                                                   extra={"fields": {"path": "/x"}})
+    line = Formatter(fmt, journal=False).format(record)
+    if fmt == "json":
+        obj = json.loads(line)
+        assert obj["error"] == "KeyError: 'missing'" and obj["path"] == "/x"
+        assert "Traceback" in obj["trace"] and "test_a_5xx_log_line" in obj["trace"]
+    else:
+        assert "error=\"KeyError: 'missing'\"" in line and "Traceback" in line

@@ -38,6 +38,10 @@ class Formatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         fields: dict[str, Any] = getattr(record, "fields", None) or {}
+        if record.exc_info and record.exc_info[1] is not None:  # log.exception: what failed, and where
+            exc = record.exc_info[1]
+            fields = {**fields, "error": f"{type(exc).__name__}: {exc}"}
+            fields.setdefault("trace", self.formatException(record.exc_info))
         msg = record.getMessage()
         if self.json:
             obj: dict[str, Any] = {"ts": round(record.created, 3), "level": record.levelname.lower(), "msg": msg}
