@@ -98,11 +98,15 @@ def known(name: str) -> bool:
     return name in MODELS
 
 
+class UnknownModel(ValueError):
+    """A name the catalogue does not hold (a usage mistake: the CLI exits 2)."""
+
+
 def lookup(name: str) -> RegistryModel:
     try:
         return MODELS[name]
     except KeyError:
-        raise ValueError(f"unknown model name {name!r}; known: {', '.join(MODELS)}") from None
+        raise UnknownModel(f"unknown model name {name!r}; known: {', '.join(MODELS)}") from None
 
 
 def cache_path(m: RegistryModel) -> Path:

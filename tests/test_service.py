@@ -280,6 +280,19 @@ def test_sigterm_during_generation_ends_streams_with_shutdown(gemma_path: Path) 
         srv.kill()
 
 
+def test_ctrl_c_stops_serve_as_sigterm_does_and_exits_130(smollm2_path: Path) -> None:
+    """SIGINT (Ctrl-C in a terminal) is the same graceful stop, reported as the README's table says: 130
+    (SIGTERM, systemd's stop, stays 0)."""
+    srv = ServerProc("-m", str(smollm2_path))
+    try:
+        srv.wait_ready()
+        srv.proc.send_signal(signal.SIGINT)
+        assert srv.proc.wait(60) == 130
+        assert not os.path.exists(srv.path)
+    finally:
+        srv.kill()
+
+
 def test_sigterm_with_grace_lets_the_stream_finish(gemma_path: Path) -> None:
     srv = ServerProc("-m", str(gemma_path), "--grace", "120")
     try:

@@ -60,8 +60,9 @@ def _version() -> str:
 
 def _missing_input(exc: BaseException) -> bool:
     from edgellama.default_model import ModelNotAvailable
+    from edgellama.registry import UnknownModel
 
-    return isinstance(exc, (FileNotFoundError, ModelNotAvailable))
+    return isinstance(exc, (FileNotFoundError, ModelNotAvailable, UnknownModel))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -70,6 +70,7 @@ class Server:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stop_requested: asyncio.Event | None = None
         self.fatal: BaseException | None = None
+        self.interrupted = False  # stopped by SIGINT (Ctrl-C), not SIGTERM
         self.cfg = models
         self.engine_cfg = engine_cfg
         self.models = ModelSet(models, engine_cfg, opts.budget if models.several else None,
@@ -314,7 +315,9 @@ class Server:
         return self.models.unload(name)
 
     # ---- lifecycle ----
-    def request_stop(self) -> None:
+    def request_stop(self, sig: int | None = None) -> None:
+        if sig == signal.SIGINT:
+            self.interrupted = True  # Ctrl-C: the README's exit 130, after the same graceful stop
         if self.stop_requested is not None:
             self.stop_requested.set()
 
@@ -367,7 +370,7 @@ class Server:
                     extra={"fields": {"http": f"{self.opts.http_host}:{self.opts.http_port}",
                                       "api_key": bool(self.opts.api_keys)}})
         for sig in (signal.SIGTERM, signal.SIGINT):
-            self.loop.add_signal_handler(sig, self.request_stop)
+            self.loop.add_signal_handler(sig, self.request_stop, sig)
         self.loop.add_signal_handler(signal.SIGHUP, self.reopen_log)
         for cfg in self.opts.serial:  # each port opens (or keeps retrying) in its own thread
             port = SerialPort(cfg, self, self.loop)
@@ -396,7 +399,7 @@ class Server:
             self.notifier.close()
         if self.fatal is not None:
             raise self.fatal
-        return 0
+        return 128 + signal.SIGINT if self.interrupted else 0  # Ctrl-C: 130, as every command (README)
 
     def _http_connection(self) -> HttpConnection:
         """An HTTP/1.1 client (on the UNIX socket, or TCP where the API key is checked)."""
