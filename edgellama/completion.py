@@ -156,7 +156,8 @@ class CompletionAPI:
         R.check_unicode({"prompt": prompt, "stop": stop}, "")
         if logprobs is not None and (isinstance(logprobs, bool) or not 0 <= logprobs <= MAX_TOP):
             raise ValueError(f"logprobs must be an integer in 0..{MAX_TOP}")
-        ids = list(prompt) if isinstance(prompt, list) else self.tokenize(prompt)
+        # special-token text in the prompt is parsed, as llama-cpp-python's create_completion does
+        ids = list(prompt) if isinstance(prompt, list) else self.tokenize(prompt, special=True)
         echoed = self._prompt_logprobs(ids, logprobs) if echo and logprobs is not None else []
         sampler, params = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed, grammar,
                                         max_tokens, stop, (mirostat_mode, mirostat_tau, mirostat_eta), logit_bias)

@@ -51,7 +51,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--ignore-eos", action="store_true",
                    help="never end at an end-of-text token (they are not sampled); stop with -n")
     p.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
-    p.add_argument("--special", action="store_true", help="parse special tokens written in the prompt text")
+    p.add_argument("--no-parse-special", dest="parse_special", action="store_false",
+                   help="read special-token text in the prompt (<|im_start|>) as plain text; by default it is parsed "
+                        "into the special tokens, as llama-cli, llama-server and llama-cpp-python do")
+    p.add_argument("--special", dest="parse_special", action="store_true", help=argparse.SUPPRESS)  # the default
     p.add_argument("--prompt-cache", metavar="FILE", default=None,
                    help="reuse the KV cache saved in FILE when the prompt starts with its tokens; save it after "
                         "the prompt is evaluated")
@@ -240,7 +243,7 @@ def _run(args: argparse.Namespace) -> int:
                 ids = render_prompt(fmt, history).encode(tok)
             else:
                 history = []
-                ids = tok.encode(transcript + user, add_special=True, parse_special=args.special)
+                ids = tok.encode(transcript + user, add_special=True, parse_special=args.parse_special)
             limit = llm.n_ctx - (1 if args.no_context_shift else 0)
             if len(ids) > limit:
                 msg = f"the prompt has {len(ids)} tokens, the context only {llm.n_ctx} (-c)"

@@ -50,7 +50,7 @@ class Completion(GenParams):
     messages: list[dict[str, str]] | None = None
     stream: bool = True
     cache_prompt: bool = True
-    special: bool = False  # parse special tokens written in a raw prompt
+    special: bool = True  # parse special tokens written in a raw prompt (as llama.cpp and llama-cpp-python)
     grammar: str | None = None  # GBNF text (docs/grammar.md)
     json_schema: Any = None  # a JSON Schema object, turned into a grammar
     lora: list[tuple[int, float]] | None = None  # (adapter id, scale); None: the server's default scales
