@@ -143,3 +143,11 @@ def test_no_import_cycle_anywhere_in_the_package() -> None:
     graph = {_module_name(p): _imports(p) - {"edgellama"} for p in sorted((ROOT / "edgellama").rglob("*.py"))}
     assert {"edgellama.completion", "edgellama.llm", "edgellama.generation"} <= set(graph)
     assert _cycles(graph) == []
+
+
+def test_the_service_imports_nothing_of_the_commands() -> None:
+    """The service loads models from load_options.LoadOptions, never from a command's flags: no module of
+    edgellama/service/ imports edgellama/cli/ (docs/architecture.md, the layers)."""
+    bad = sorted(f"{m} imports {w}" for m, deps in _service_graph().items() for w in deps
+                 if w == "edgellama.cli" or w.startswith("edgellama.cli."))
+    assert not bad, "; ".join(bad)

@@ -46,7 +46,7 @@ def test_model_entries_and_names(tmp_path: Path) -> None:
     assert split_entry(str(odd)) == (None, str(odd))  # an existing path with '=' stays a path
     cfg = models_config(serve_args("-m", "a=/m/a.gguf", "-m", "/m/Other-Model.Q4_K.gguf", "-c", "512"))
     assert cfg.several and list(cfg.models) == ["a", "Other-Model.Q4_K"] and cfg.default == "a"
-    assert cfg.models["a"].args.ctx_size == 512 and cfg.models["a"].args.mem_budget is None
+    assert cfg.models["a"].opts.ctx_size == 512 and cfg.models["a"].opts.mem_budget is None
     with pytest.raises(ValueError, match="named twice"):
         models_config(serve_args("-m", "a=/m/a.gguf", "-m", "a=/m/b.gguf"))
     with pytest.raises(ValueError, match="a model name is"):
@@ -60,7 +60,7 @@ def test_one_model_stays_one_model(tmp_path: Path) -> None:
     f.write_bytes(b"GGUF")
     cfg = models_config(serve_args("-m", str(f), "--mem-budget", "300M"))
     assert not cfg.several and list(cfg.models) == ["tiny.gguf"]
-    assert cfg.models["tiny.gguf"].args.mem_budget == "300M"  # one model keeps the largest context in budget
+    assert cfg.models["tiny.gguf"].opts.mem_budget == "300M"  # one model keeps the largest context in budget
 
 
 def test_tables_and_aliases(tmp_path: Path) -> None:
@@ -87,9 +87,9 @@ stable = "v1"
     assert list(cfg.models) == ["v1", "v2", "embed"]
     v1, v2 = cfg.models["v1"], cfg.models["v2"]
     assert v1.sha256 == "abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789"
-    assert v1.args.ctx_size == 1024 and v2.args.ctx_size == 2048  # the service's value, a table's over it
-    assert v2.args.parallel == 2 and v2.args.cache_type == "q8_0" and v2.keep_alive == 300.0
-    assert v2.args.lora == [(Path("/m/ad.gguf"), 0.5)] and cfg.models["embed"].args.embedding
+    assert v1.opts.ctx_size == 1024 and v2.opts.ctx_size == 2048  # the service's value, a table's over it
+    assert v2.opts.parallel == 2 and v2.opts.cache_type == "q8_0" and v2.keep_alive == 300.0
+    assert v2.opts.lora == [(Path("/m/ad.gguf"), 0.5)] and cfg.models["embed"].opts.embedding
     assert cfg.aliases == {"chat": [("v1", 90.0), ("v2", 10.0)], "stable": [("v1", 1.0)], "next": [("v2", 1.0)]}
     bad = {"[models.v1]\nmodel = \"/m/a\"\nfrobnicate = 1\n": "unknown key 'frobnicate'",
            "[models.v1]\nmodel = \"/m/a\"\nsha256 = \"xyz\"\n": "sha256 must be 64 hex digits",
@@ -110,7 +110,7 @@ def test_models_dir(tmp_path: Path) -> None:
     (tmp_path / "sub.gguf").mkdir()
     assert [n for n, _ in scan_dir(str(tmp_path))] == ["a", "big"]
     cfg = models_config(serve_args("--models-dir", str(tmp_path), "-m", "a=/elsewhere/a.gguf"))
-    assert cfg.models["a"].args.model == "/elsewhere/a.gguf"  # a model named on the command line keeps its file
+    assert cfg.models["a"].opts.model == "/elsewhere/a.gguf"  # a model named on the command line keeps its file
     with pytest.raises(ValueError, match="no .gguf files"):
         scan_dir(str(tmp_path / "sub.gguf"))
 
@@ -140,7 +140,7 @@ class Fakes:
         cfg = models_config(args)
         cfg = ModelsConfig(cfg.models, aliases or {}, next(iter(sizes)), True, models_max, -1.0)
         for spec in cfg.models.values():
-            spec.args.parallel = 1
+            spec.opts.parallel = 1
         self.loads: list[str] = []
         self.gates: dict[str, threading.Event] = {}
         self.set = ModelSet(cfg, EngineConfig(max_tokens=8, queue=8), budget_mib * MIB if budget_mib else None,

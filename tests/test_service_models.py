@@ -242,6 +242,23 @@ def test_a_request_keep_alive_unloads_its_model(smollm2_path: Path, gemma_path: 
         srv.kill()
 
 
+def test_an_encoder_among_models_serves_embeddings_within_its_positions(smollm2_path: Path,
+                                                                        minilm: dict[str, Path]) -> None:
+    """`serve -m chat=FILE -m mini=BERT -c 1024`: the encoder's own file says it embeds (no table needed), and
+    the service-wide -c, past its 512 positions, is its positions for it; chat still runs at 1024."""
+    srv = ServerProc("-m", f"chat={smollm2_path}", "-m", f"mini={minilm['q8_0']}", "-c", "1024", engine=ENGINE)
+    try:
+        srv.wait_ready()
+        status, r = call(srv, "POST", "/v1/embeddings", {"model": "mini", "input": ["a cat", "a dog"]})
+        assert status == 200 and len(r["data"]) == 2 and len(r["data"][0]["embedding"]) == 384, r
+        assert complete(srv, "chat", "Hi", 2)[0] == 200
+        props = call(srv, "GET", "/props?model=mini")[1]
+        assert props["default_generation_settings"]["n_ctx"] == 512, props
+    finally:
+        srv.terminate()
+        srv.kill()
+
+
 def test_a_model_that_fits_not_even_alone_is_refused_at_start(smollm2_path: Path, gemma_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "edgellama.cli", "serve", "--socket", "/tmp/elsv-never.sock",
                         *ENGINE, "-m", f"smol={smollm2_path}", "-m", f"gemma={gemma_path}", "--mem-budget", "300M"],

@@ -9,7 +9,18 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from edgellama.gguf.limits import INT32_MAX
+from edgellama.gguf.limits import INT32_MAX  # noqa: F401 - re-exported for the commands
+
+# one model's settings, whoever gives them (edgellama/load_options.py): the commands reach them from here
+from edgellama.load_options import (  # noqa: F401 - re-exported for the commands
+    MAX_CTX,
+    MAX_THREADS,
+    check_model_args,
+    check_range,
+    load,
+    lora_list,
+    model_path,
+)
 
 # --numerics: engine.NUMERICS's names (tests/test_c_api.py holds the two equal)
 NUMERICS = ("native", "llamacpp", "llamacpp-avx2", "llamacpp-avx512")
@@ -100,13 +111,6 @@ class _AddLora(argparse.Action):
         setattr(namespace, self.dest, [*(have if isinstance(have, list) else []), (Path(path), scale)])
 
 
-def lora_list(value: Any) -> list[tuple[Path, float]]:
-    """args.lora as (file, scale) pairs; a config file's `lora = "FILE"` is one adapter at scale 1."""
-    if isinstance(value, (str, Path)):
-        return [(Path(value), 1.0)]
-    return list(value or [])
-
-
 def add_lora_args(p: Any) -> None:
     """llama.cpp's adapter flags (an argument parser or group)."""
     p.add_argument("--lora", metavar="FILE", action=_AddLora, dest="lora", default=[],
@@ -145,55 +149,3 @@ def add_model_args(p: argparse.ArgumentParser, threads_list: bool = False, sever
                         "text equal llama.cpp's bit for bit; llamacpp-avx2, llamacpp-avx512: that of the build named")
     add_lora_args(p)
     add_ignored_args(p)
-
-
-def model_path(args: argparse.Namespace) -> Path:
-    if args.model:
-        from edgellama.registry import MODELS, known, resolve
-
-        path = Path(args.model)
-        if not path.exists() and known(args.model):
-            return resolve(args.model)
-        if not path.exists():
-            raise FileNotFoundError(f"model file not found: {path} (or a name: {', '.join(MODELS)})")
-        if not path.is_file():
-            raise ValueError(f"model path is not a file: {path}")
-        return path
-    from edgellama.default_model import default_model_path
-
-    return default_model_path()
-
-
-MAX_CTX = 1 << 24  # memplan.MAX_CTX, repeated so that `info` need not import numpy to check a flag
-MAX_THREADS = 64
-
-
-def check_range(flag: str, value: int, lo: int, hi: int) -> None:
-    """Refuses a flag's value outside lo..hi, naming the flag (before it reaches arithmetic or C)."""
-    if not lo <= value <= hi:
-        raise ValueError(f"{flag} {value} is out of range ({lo}..{hi})")
-
-
-def check_model_args(args: argparse.Namespace) -> None:
-    """The flags of add_model_args (and info --plan's subset), each within what the engine takes."""
-    check_range("-c/--ctx-size", args.ctx_size, 0, MAX_CTX)
-    for t in args.threads if isinstance(args.threads, list) else [args.threads]:
-        check_range("-t/--threads", t, 0, MAX_THREADS)
-    check_range("-b/--batch-size", args.batch_size, 1, INT32_MAX)
-    check_range("--keep", getattr(args, "keep", 0), 0, INT32_MAX)
-
-
-def load(args: argparse.Namespace, file: Any = None):  # -> LLM (import kept lazy: `info` must start fast)
-    """The model of these flags; file: the model file already open (it becomes the LLM's)."""
-    from edgellama.llm import LLM
-
-    check_model_args(args)
-    from edgellama.memplan import parse_size
-
-    budget = parse_size(args.mem_budget) if args.mem_budget else None
-    return LLM(file if file is not None else model_path(args), n_ctx=args.ctx_size or None, n_batch=args.batch_size,
-               n_threads=args.threads or None, kv_type=args.cache_type, mem_budget=budget, n_keep=args.keep,
-               context_shift=not args.no_context_shift, numerics=args.numerics,
-               chat_format=getattr(args, "chat_template", None), seed=getattr(args, "seed", None),
-               n_seq=getattr(args, "parallel", None), loras=lora_list(getattr(args, "lora", [])),
-               embedding=getattr(args, "embedding", False), pooling=getattr(args, "pooling", None))

@@ -158,7 +158,7 @@ def check(args: argparse.Namespace) -> None:
                          "TCP clients without a key)")
 
 
-def check_model(args: argparse.Namespace, where: str = "") -> None:
+def check_model(args: Any, where: str = "") -> None:
     """One model's flags (the service's, or a [models.NAME] table's over them: where names it)."""
     try:
         check_model_args(args)
@@ -188,13 +188,15 @@ def models(args: argparse.Namespace) -> Any:
     """The models these flags serve (model_config.ModelsConfig), each checked, its system prompt read."""
     from pathlib import Path
 
+    from edgellama.load_options import apply_file_defaults
     from edgellama.service.model_config import models_config
 
     cfg = models_config(args)
     for name, spec in cfg.models.items():
-        check_model(spec.args, f"model {name}" if cfg.several else "")
-        if spec.args.system_prompt:
-            spec.system_prompt = Path(spec.args.system_prompt).read_text(encoding="utf-8")
+        apply_file_defaults(spec.opts, spec.ctx_given)  # an encoder serves embeddings, within its positions
+        check_model(spec.opts, f"model {name}" if cfg.several else "")
+        if spec.opts.system_prompt:
+            spec.system_prompt = Path(spec.opts.system_prompt).read_text(encoding="utf-8")
     return cfg
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgellama.load_options import LoadOptions, model_path
 from edgellama.service import protocol as P
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}")
@@ -29,10 +30,11 @@ SPLIT_PIECE = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<n>\d{5})\.gguf$")
 @dataclass
 class ModelSpec:
     name: str
-    args: argparse.Namespace  # the serve flags this model loads with: the service's, its table's over them
+    opts: LoadOptions  # what this model loads with: the service's flags, its table's over them, the file's defaults
     sha256: str | list[str] | None = None  # the file's (or a split model's pieces merged); checked before each load
     keep_alive: float | None = None  # None: the service's --keep-alive
     system_prompt: str | None = None  # the text of its --system-prompt file
+    ctx_given: bool = True  # its context was given for it (-m FILE alone, or its table's ctx-size), not service-wide
 
 
 @dataclass
@@ -150,9 +152,7 @@ def models_config(args: argparse.Namespace) -> ModelsConfig:
     if args.models_max < 0:
         raise ValueError("--models-max must be >= 0 (0: no limit but the RAM budget)")
     if not several:
-        from edgellama.cli.common import model_path
-
-        one = copy.copy(args)
+        one = LoadOptions.from_args(args)
         one.model = parsed[0][1] if parsed else None
         name = model_path(one).name
         return ModelsConfig({name: ModelSpec(name, one)}, default=name, keep_alive=default_keep,
@@ -186,9 +186,10 @@ def models_config(args: argparse.Namespace) -> ModelsConfig:
         extra = _apply_table(spec_args, table, actions, f"{getattr(args, 'config', '') or 'config'}: [models.{name}]")
         if not spec_args.model:
             raise ValueError(f"[models.{name}] needs a model = \"FILE\" (or a pulled name)")
-        specs[name] = ModelSpec(name, spec_args, sha256=extra.get("sha256"),
+        specs[name] = ModelSpec(name, LoadOptions.from_args(spec_args), sha256=extra.get("sha256"),
                                 keep_alive=P.keep_alive(extra["keep_alive"], what=f"[models.{name}] keep-alive")
-                                if "keep_alive" in extra else None)
+                                if "keep_alive" in extra else None,
+                                ctx_given=any(k.replace("-", "_") == "ctx_size" for k in table))
     aliases = _aliases(args, alias_tables, specs)
     default = args.default_model or next(iter(specs))
     if default not in specs and default not in aliases:

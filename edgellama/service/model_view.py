@@ -34,11 +34,11 @@ class Model:
 
     @property
     def model_path(self) -> str:
-        return str(self.host.spec.args.model or (self.host.paths[0] if self.host.paths else ""))
+        return str(self.host.spec.opts.model or (self.host.paths[0] if self.host.paths else ""))
 
     @property
     def embedding(self) -> bool:
-        return bool(self.host.spec.args.embedding)
+        return bool(self.host.spec.opts.embedding)
 
     def _llm(self) -> LLM:
         s = self.host.sched

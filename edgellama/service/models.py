@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from edgellama.gguf import digest
+from edgellama.load_options import check_model_args, load, model_path
 from edgellama.memplan import BASE_OVERHEAD, BudgetError, MemoryPlan, fmt_bytes
 from edgellama.service import protocol as P
 from edgellama.service.api import ModelInfo
@@ -85,10 +86,8 @@ class ModelHost:
 
     def source_identity(self) -> tuple[int, ...]:
         """The identity of the file the model's flags name now (its first piece); () if there is none."""
-        from edgellama.cli.common import model_path
-
         try:
-            return digest.identity(model_path(self.spec.args))
+            return digest.identity(model_path(self.spec.opts))
         except (OSError, ValueError):
             return ()
 
@@ -103,12 +102,11 @@ def model_files(f: ModelFile) -> list[tuple[str, Any]]:
 def plan_of(spec: ModelSpec) -> tuple[MemoryPlan, tuple[int, ...]]:
     """The memory plan loading spec would make (from the header: no weights read), and the identity of
     the file it was made from."""
-    from edgellama.cli.common import check_model_args, lora_list, model_path
     from edgellama.gguf.split import open_model_file
     from edgellama.llm import default_threads, load_plan
     from edgellama.wiring import build_desc
 
-    a = spec.args
+    a = spec.opts
     check_model_args(a)
     with open_model_file(model_path(a)) as f:
         hp, desc = build_desc(f)
@@ -116,7 +114,7 @@ def plan_of(spec: ModelSpec) -> tuple[MemoryPlan, tuple[int, ...]]:
         if a.lora:
             from edgellama.lora.adapter import read_adapter
 
-            loras = [read_adapter(path, f) for path, _scale in lora_list(a.lora)]
+            loras = [read_adapter(path, f) for path, _scale in a.lora]
         plan = load_plan(hp, desc, a.ctx_size or None, a.batch_size, a.threads or default_threads(), a.cache_type,
                          None, a.numerics, a.parallel, loras, a.embedding or desc.non_causal)
         return plan, model_files(f)[0][1].identity
@@ -128,16 +126,15 @@ def together(plans: list[MemoryPlan]) -> int:
 
 
 def verified_load(spec: ModelSpec) -> LLM:
-    """The model of spec's flags (cli.common.load), from a file checked against spec.sha256: the sha256 of
-    the mapped bytes (what the engine reads), computed on another thread while the LLM is built;
+    """The model of spec's settings (load_options.load), from a file checked against spec.sha256: the sha256
+    of the mapped bytes (what the engine reads), computed on another thread while the LLM is built;
     VerifyError on a mismatch."""
-    from edgellama.cli.common import load, model_path
     from edgellama.gguf.split import SplitGGUF, merged_sha256, open_model_file
 
     want = spec.sha256
     if want is None:
-        return load(spec.args)
-    f = open_model_file(model_path(spec.args))
+        return load(spec.opts)
+    f = open_model_file(model_path(spec.opts))
     files = model_files(f)
     wanted = [want] if isinstance(want, str) else list(want)
     if isinstance(want, list) and len(want) != len(files):
@@ -158,7 +155,7 @@ def verified_load(spec: ModelSpec) -> LLM:
     hasher = threading.Thread(target=hash_files, name=f"edgellama-sha256-{spec.name}", daemon=True)
     hasher.start()
     try:
-        llm = load(spec.args, file=f)
+        llm = load(spec.opts, file=f)
     except BaseException:
         stop.set()
         hasher.join()
@@ -192,7 +189,7 @@ class ModelSet:
         self.hosts: dict[str, ModelHost] = {}
         for name, spec in cfg.models.items():
             per_model = EngineConfig(max_tokens=engine.max_tokens, queue=engine.queue, system_prompt=spec.system_prompt,
-                                     log_prompts=engine.log_prompts, parallel=spec.args.parallel)
+                                     log_prompts=engine.log_prompts, parallel=spec.opts.parallel or 1)
             self.hosts[name] = ModelHost(spec, per_model)
         self.live: dict[Scheduler, ModelHost] = {}  # schedulers holding memory: loading, loaded or draining
         self.retiring: set[Scheduler] = set()
@@ -320,7 +317,7 @@ class ModelSet:
             out = []
             for host in self.hosts.values():
                 aliases = [a for a, ts in self.cfg.aliases.items() if any(m == host.name for m, _ in ts)]
-                out.append(ModelInfo(host.name, str(host.spec.args.model or ""), host.state, host.reason, aliases,
+                out.append(ModelInfo(host.name, str(host.spec.opts.model or ""), host.state, host.reason, aliases,
                                       host.plan.n_ctx if host.plan else 0, host.plan.total if host.plan else 0,
                                       host.loads))
             return out
@@ -506,7 +503,7 @@ def plan_report(cfg: ModelsConfig, budget: int | None) -> tuple[str, dict[str, A
         plans[name] = plan
         alone = budget is None or plan.total <= budget
         ok &= alone
-        lines.append(f"model {name} ({spec.args.model}), context {plan.n_ctx}"
+        lines.append(f"model {name} ({spec.opts.model}), context {plan.n_ctx}"
                      + (f", {plan.n_seq} slots" if plan.n_seq > 1 else "") + ":")
         lines.append(plan.table())
         doc["models"][name] = plan.as_dict()

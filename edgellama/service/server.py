@@ -221,7 +221,7 @@ class Server:
         return None
 
     def _refuse_kind(self, host: ModelHost, req: P.Completion | P.Embedding) -> P.ProtocolError | None:
-        if isinstance(req, P.Embedding) and not host.spec.args.embedding:
+        if isinstance(req, P.Embedding) and not host.spec.opts.embedding:
             where = f"model {host.name} is not served with embeddings (its [models.{host.name}] table: embedding = " \
                     "true)" if self.several else "this server does not serve embeddings: start it with --embedding"
             return P.ProtocolError(P.BAD_REQUEST, where, req.id)
