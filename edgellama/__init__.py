@@ -28,7 +28,7 @@ def _sigbus_guard(mm: mmap.mmap, path: Path) -> Callable[[], object] | None:
     return guard(mm, path)
 
 
-# The GGUF layer never imports the C binding (DESIGN.md, layers): its reader hands each mapping to
+# The GGUF layer never imports the C binding (docs/architecture.md, "Layers"): its reader hands each mapping to
 # whatever guard is installed. Installed here, the one module every import of edgellama runs, so a
 # GGUFFile is guarded whether it was opened by LLM, the CLI or a script that imports only the reader.
 _mapguard.set_mapping_guard(_sigbus_guard)

@@ -1,4 +1,4 @@
-"""The GGUF layer knows the file format only (DESIGN.md "Layers of the code"): no module under
+"""The GGUF layer knows the file format only (docs/architecture.md, "Layers"): no module under
 edgellama/gguf/ imports the C binding (edgellama.native) or any layer above it. Read from the source with
 ast, so an import inside a function or under TYPE_CHECKING counts as much as one at the top."""
 

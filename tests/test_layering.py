@@ -1,4 +1,4 @@
-"""The import direction of the code (DESIGN.md "Layers of the code"), read from the source with ast:
+"""The import direction of the code (docs/architecture.md, "Layers"), read from the source with ast:
 no import cycles inside edgellama/service/, and the HTTP front end reaches the service only through its
 narrow interface (service/api.py), never the server, the scheduler or the LLM."""
 
