@@ -16,7 +16,8 @@ import numpy.typing as npt
 
 from edgellama import params as R
 from edgellama.generation import Event, build_sampler
-from edgellama.logprobs import MAX_TOP, llama_entry, openai_chat_content, openai_completion_logprobs, piece
+from edgellama.logprobs import MAX_TOP, llama_entry, piece
+from edgellama.openai_shapes import OpenAIShaper, finish_reason, llama_timings, usage
 from edgellama.params import GenParams
 from edgellama.sequence import ContextFull
 from edgellama.tokenizers.chat import render_prompt
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
     from edgellama.tokenizers.tokenizer import Tokenizer
     from edgellama.tool_stream import ToolStream
 
-# the generation's stop reasons as OpenAI's finish_reason
-_FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length", "cancelled": "stop"}
 
 
 class CompletionAPI:
@@ -88,16 +87,18 @@ class CompletionAPI:
         return build_sampler(p, self.tokenizer, self.n_ctx), p
 
     def _stream_text(self, ids: list[int], sampler: Any, params: GenParams, stops: list[str],
-                     usage: dict[str, int], n_probs: int = -1
+                     end: dict[str, Any], n_probs: int = -1
                      ) -> Iterator[tuple[str, str | None, list[dict[str, Any]]]]:
         """(text piece, None, its tokens' logprobs) while generating, then ("", finish_reason, the rest);
-        text stops before a stop string; logprobs (llama-server's items) only with n_probs >= 0."""
+        text stops before a stop string; logprobs (llama-server's items) only with n_probs >= 0. end
+        receives OpenAI's `usage` and llama-server's `timings` once the generation is over."""
         if len(ids) >= self.n_ctx:
             raise ContextFull(f"the prompt has {len(ids)} tokens, the context only {self.n_ctx}")
         room = self.n_ctx - len(ids)
         n_predict = room if params.n_predict < 0 else min(params.n_predict, room)
         n = 0
         finish = "length"
+        timings = None
         pending: list[dict[str, Any]] = []
         gen = self.generate(ids, sampler, n_predict, stops=stops, n_probs=n_probs)
         try:
@@ -107,13 +108,16 @@ class CompletionAPI:
                     if ev.probs is not None:
                         pending.append(llama_entry(self.tokenizer, ev.probs))
                 else:
-                    finish = _FINISH.get(ev.stop_reason, "stop")
+                    finish, timings = finish_reason(ev.stop_reason), ev.timings
                 if ev.text:
                     yield ev.text, None, pending
                     pending = []
         finally:
             gen.close()
-        usage.update(prompt_tokens=len(ids), completion_tokens=n, total_tokens=len(ids) + n)
+        evaluated = timings.prompt_tokens if timings is not None else len(ids)
+        end["usage"] = usage(len(ids), n, len(ids) - evaluated)
+        end["timings"] = llama_timings(len(ids) - evaluated, evaluated, timings.prompt_ms if timings else 0.0, n,
+                                       timings.gen_ms if timings else 0.0)
         yield "", finish, pending
 
     def _prompt_logprobs(self, ids: list[int], n: int) -> list[dict[str, Any]]:
@@ -161,34 +165,26 @@ class CompletionAPI:
         echoed = self._prompt_logprobs(ids, logprobs) if echo and logprobs is not None else []
         sampler, params = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed, grammar,
                                         max_tokens, stop, (mirostat_mode, mirostat_tau, mirostat_eta), logit_bias)
-        head = {"id": f"cmpl-{uuid.uuid4()}", "object": "text_completion", "created": int(time.time()),
-                "model": str(self.path)}
-        usage: dict[str, int] = {}
-        pieces = self._stream_text(ids, sampler, params, params.stop, usage, -1 if logprobs is None else logprobs)
+        shape = OpenAIShaper(False, f"cmpl-{uuid.uuid4()}", int(time.time()), self.path.name, logprobs is not None)
+        end: dict[str, Any] = {}
+        pieces = self._stream_text(ids, sampler, params, params.stop, end, -1 if logprobs is None else logprobs)
         prompt_text = (prompt if isinstance(prompt, str) else self.detokenize(ids).decode("utf-8", "replace"))
-        offset = [0]
-
-        def choice(text: str, finish: str | None, entries: list[dict[str, Any]]) -> dict[str, Any]:
-            lp = None
-            if logprobs is not None:
-                lp = openai_completion_logprobs(entries, offset[0])
-                offset[0] += sum(len(e["token"]) for e in entries)
-            return {"text": text, "index": 0, "logprobs": lp, "finish_reason": finish}
 
         if stream:
             def chunks() -> Iterator[dict[str, Any]]:
                 if echo:
-                    yield dict(head, choices=[choice(prompt_text, None, echoed)])
+                    yield shape.text(0, prompt_text, echoed)
                 for text, finish, entries in pieces:
-                    yield dict(head, choices=[choice(text, finish, entries)])
+                    yield shape.text(0, text, entries) if finish is None else \
+                        shape.finish(0, finish, entries or None, end["timings"])
             return chunks()
-        out, finish, every = [], None, list(echoed)
+        out, finish, every = [], "stop", list(echoed)
         for text, fin, entries in pieces:
             out.append(text)
             every += entries
-            finish = fin
+            finish = fin or finish
         body = (prompt_text if echo else "") + "".join(out)
-        return dict(head, choices=[choice(body, finish, every)], usage=usage)
+        return shape.reply([shape.choice(0, body, finish, every)], end["usage"], end["timings"])
 
     def create_chat_completion(self, messages: list[dict[str, Any]], temperature: float = 0.2,
                                top_p: float = 0.95, top_k: int = 40, min_p: float = 0.05,
@@ -243,75 +239,61 @@ class CompletionAPI:
         ids = render_prompt(fmt, messages, tools=tool_list or None).encode(self.tokenizer)
         sampler, params = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed, grammar,
                                         max_tokens, stop, (mirostat_mode, mirostat_tau, mirostat_eta), logit_bias)
-        head = {"id": f"chatcmpl-{uuid.uuid4()}", "created": int(time.time()), "model": str(self.path)}
-        usage: dict[str, int] = {}
-        pieces = self._stream_text(ids, sampler, params, params.stop + list(fmt.stop_pieces), usage, n_probs)
-
-        def lp(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
-            return {"content": openai_chat_content(entries)} if n_probs >= 0 else None
-
+        shape = OpenAIShaper(True, f"chatcmpl-{uuid.uuid4()}", int(time.time()), self.path.name, n_probs >= 0)
+        end: dict[str, Any] = {}
+        pieces = self._stream_text(ids, sampler, params, params.stop + list(fmt.stop_pieces), end, n_probs)
+        calls = None
         if tool_list:
             from edgellama.tool_stream import ToolStream
 
             calls = ToolStream(call_format(getattr(fmt, "source", "")), tool_list, live)
-            if stream:
-                return self._chat_tool_chunks(dict(head, object="chat.completion.chunk"), pieces, calls, lp)
-            every, finish = [], None
-            for text, finish, entries in pieces:
-                calls.feed(text)
-                every += entries
-            end = calls.finish()
-            msg: dict[str, Any] = {"role": "assistant", "content": (end.content or None) if end.calls else end.content}
-            if end.calls:
-                msg["tool_calls"] = [c.openai() for c in end.calls]
-            answer = {"index": 0, "message": msg, "logprobs": lp(every),
-                      "finish_reason": end.finish_reason(finish or "stop")}
-            return dict(head, object="chat.completion", choices=[answer], usage=usage)
         if stream:
-            def chunks() -> Iterator[dict[str, Any]]:
-                c = dict(head, object="chat.completion.chunk")
-                yield dict(c, choices=[{"index": 0, "delta": {"role": "assistant"}, "logprobs": None,
-                                        "finish_reason": None}])
-                for text, finish, entries in pieces:
-                    delta = {"content": text} if text else {}
-                    yield dict(c, choices=[{"index": 0, "delta": delta, "logprobs": lp(entries),
-                                            "finish_reason": finish}])
-            return chunks()
-        out, finish, every = [], None, []
+            return self._chat_chunks(shape, pieces, calls, end)
+        out, finish, every = [], "stop", []
         for text, fin, entries in pieces:
             out.append(text)
+            if calls is not None:
+                calls.feed(text)
             every += entries
-            finish = fin
-        msg = {"role": "assistant", "content": "".join(out)}
-        return dict(head, object="chat.completion",
-                    choices=[{"index": 0, "message": msg, "logprobs": lp(every), "finish_reason": finish}], usage=usage)
+            finish = fin or finish
+        if calls is None:
+            return shape.reply([shape.choice(0, "".join(out), finish, every)], end["usage"], end["timings"])
+        done = calls.finish()
+        reason = done.finish_reason(finish)
+        answer = shape.choice(0, done.content, reason, every, [c.openai() for c in done.calls] or None)
+        return shape.reply([answer], end["usage"], end["timings"])
 
     @staticmethod
-    def _chat_tool_chunks(head: dict[str, Any], pieces: Iterator[tuple[str, str | None, list[dict[str, Any]]]],
-                          calls: ToolStream, lp: Any) -> Iterator[dict[str, Any]]:
-        """A reply with tools as OpenAI's stream: the role, content as it can no longer be a call, each call's
-        deltas as it is written (edgellama.tool_stream), the finish."""
-        def delta(d: dict[str, Any], entries: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-            return dict(head, choices=[{"index": 0, "delta": d, "logprobs": lp(entries) if entries else None,
-                                        "finish_reason": None}])
-
-        yield delta({"role": "assistant"})
-        finish: str | None = None
+    def _chat_chunks(shape: OpenAIShaper, pieces: Iterator[tuple[str, str | None, list[dict[str, Any]]]],
+                     calls: ToolStream | None, end: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """A chat reply as OpenAI's stream: the role, content as it comes (with tools: as it can no longer be a
+        call, each call's deltas as it is written: edgellama.tool_stream), the finish."""
+        yield shape.role(0)
+        finish = "stop"
         held: list[dict[str, Any]] = []  # log-probabilities of tokens whose text is not sent yet
-        for text, finish, entries in pieces:
+        for text, fin, entries in pieces:
+            if fin is not None:
+                finish = fin
+                held += entries
+                break
+            if calls is None:
+                yield shape.text(0, text, entries)
+                continue
             content, deltas = calls.feed(text)
             held += entries
             if content:
-                yield delta({"content": content}, held)
+                yield shape.text(0, content, held)
                 held = []
             if deltas:
-                yield delta({"tool_calls": deltas}, held)
+                yield shape.tool_calls(0, deltas, held)
                 held = []
-        end = calls.finish()
-        if end.rest:
-            yield delta({"content": end.rest}, held)
-            held = []
-        if end.deltas:
-            yield delta({"tool_calls": end.deltas}, held)
-        yield dict(head, choices=[{"index": 0, "delta": {}, "logprobs": lp(held) if held else None,
-                                   "finish_reason": end.finish_reason(finish or "stop")}])
+        if calls is not None:
+            done = calls.finish()
+            if done.rest:
+                yield shape.text(0, done.rest, held)
+                held = []
+            if done.deltas:
+                yield shape.tool_calls(0, done.deltas, held)
+                held = []
+            finish = done.finish_reason(finish)
+        yield shape.finish(0, finish, held or None, end["timings"])

@@ -192,3 +192,14 @@ def openai_over_unix_socket(path: str) -> Iterator[Any]:
     with httpx.Client(transport=httpx.HTTPTransport(uds=path)) as http_client:
         yield openai.OpenAI(base_url="http://localhost/v1", api_key="unused-on-the-unix-socket",
                             http_client=http_client, max_retries=0)
+
+
+@contextlib.contextmanager
+def serving(*args: str, **kw: Any) -> Iterator[ServerProc]:
+    """`edgellama serve ARGS`, ready; killed (its folder removed) when the block ends: a module's server fixture."""
+    srv = ServerProc(*args, **kw)
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.kill()

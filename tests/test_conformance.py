@@ -17,7 +17,7 @@ import pytest
 
 from edgellama.grammar import grammar_from_schema
 from edgellama.llm import LLM
-from tests.service_util import ServerProc, UnixHTTP, cli_env, text_of
+from tests.service_util import ServerProc, UnixHTTP, cli_env, serving, text_of
 
 ROOT = Path(__file__).resolve().parents[1]
 N_CTX = 256
@@ -39,12 +39,8 @@ DOORS = ["python", "run", "v1", "/completion", "/v1/completions"]
 
 @pytest.fixture(scope="module")
 def server(smollm2_path: Path) -> Iterator[ServerProc]:
-    srv = ServerProc("-m", str(smollm2_path), "-c", str(N_CTX))
-    try:
-        srv.wait_ready()
+    with serving("-m", str(smollm2_path), "-c", str(N_CTX)) as srv:
         yield srv
-    finally:
-        srv.kill()
 
 
 @pytest.fixture(scope="module")
@@ -194,3 +190,70 @@ def test_chat_doors_give_the_same_reply(name: str, llm: Any, server: ServerProc)
         c2.close()
     got["/v1/chat/completions"] = (r["choices"][0]["message"]["content"], r["choices"][0]["finish_reason"])
     assert len(set(got.values())) == 1, json.dumps(got, indent=1)
+
+
+# ---- one response shaper: the Python API and HTTP give the same JSON ----
+
+def _normalized(obj: Any) -> Any:
+    """obj without what differs by nature: ids, creation times, timings' values, the prompt cache's state."""
+    if isinstance(obj, list):
+        return [_normalized(x) for x in obj]
+    if not isinstance(obj, dict):
+        return obj
+    out = {k: _normalized(v) for k, v in obj.items() if k not in ("id", "created")}
+    if "timings" in out:
+        out["timings"] = sorted(out["timings"])
+    if isinstance(out.get("usage"), dict) and "prompt_tokens_details" in out["usage"]:
+        out["usage"]["prompt_tokens_details"] = sorted(out["usage"]["prompt_tokens_details"])
+    return out
+
+
+def _http_json(srv: ServerProc, path: str, body: dict[str, Any]) -> Any:
+    c = UnixHTTP(srv.path)
+    try:
+        c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+        resp = c.getresponse()
+        data = resp.read().decode()
+    finally:
+        c.close()
+    assert resp.status == 200, data
+    if not body.get("stream"):
+        return json.loads(data)
+    events = [line[6:] for line in data.split("\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    return [json.loads(e) for e in events[:-1]]
+
+
+TOOL = {"type": "function", "function": {"name": "set_timer", "description": "Start a timer.", "parameters": {
+    "type": "object", "properties": {"minutes": {"type": "integer", "minimum": 1, "maximum": 59}},
+    "required": ["minutes"]}}}
+SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
+    "completion": ("completion", {"prompt": "The capital of France is", "max_tokens": 8}),
+    "completion, logprobs and a stop string": ("completion", {"prompt": "Count: 1, 2, 3,", "max_tokens": 16,
+                                                              "logprobs": 2, "stop": [" 6"]}),
+    "chat": ("chat", {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8}),
+    "chat, logprobs": ("chat", {"messages": [{"role": "user", "content": "Name a fruit."}], "max_tokens": 8,
+                                "logprobs": True, "top_logprobs": 2}),
+    "chat, a required tool call": ("chat", {"messages": [{"role": "user", "content": "Timer for 5 minutes."}],
+                                            "max_tokens": 40, "tools": [TOOL], "tool_choice": "required"}),
+    "chat, tools under auto": ("chat", {"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 24,
+                                        "tools": [TOOL]}),
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_python_api_and_http_give_the_same_json(name: str, stream: bool, llm: Any, server: ServerProc) -> None:
+    kind, body = SHAPES[name]
+    body = {**body, **GREEDY, "stream": stream}
+    body.pop("repeat_penalty")
+    args = {k: v for k, v in body.items() if k not in ("prompt", "messages")}
+    if kind == "completion":
+        got = llm.create_completion(body["prompt"], **args)
+        want = _http_json(server, "/v1/completions", body)
+    else:
+        got = llm.create_chat_completion(body["messages"], **args)
+        want = _http_json(server, "/v1/chat/completions", body)
+    if stream:
+        got = list(got)
+    assert _normalized(got) == _normalized(want), json.dumps({"python": got, "http": want}, indent=1)[:6000]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from edgellama import openai_shapes
 from edgellama import params as R
 from edgellama.service import protocol as P
 
@@ -340,21 +341,11 @@ def parse_v1(v1: dict[str, Any]) -> P.Completion:
 # ---- results ----
 
 STOP_TYPE = {"eos": "eos", "length": "limit", "context": "limit", "stop": "word", "cancelled": "none"}
-FINISH_REASON = {"eos": "stop", "stop": "stop", "length": "length", "context": "length", "cancelled": "stop"}
-
-
 def llama_timings(done: dict[str, Any]) -> dict[str, Any]:
     """protocol v1's done.timings -> llama-server's timings object."""
     t = done.get("timings") or {}
-    prompt_n, prompt_ms = t.get("prompt_n", 0), t.get("prompt_ms", 0.0)
-    pred_n, pred_ms = t.get("predicted_n", 0), t.get("predicted_ms", 0.0)
-    return {"cache_n": done.get("tokens_cached", 0),
-            "prompt_n": prompt_n, "prompt_ms": prompt_ms,
-            "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
-            "prompt_per_second": 1000.0 * prompt_n / prompt_ms if prompt_ms else 0.0,
-            "predicted_n": pred_n, "predicted_ms": pred_ms,
-            "predicted_per_token_ms": pred_ms / pred_n if pred_n else 0.0,
-            "predicted_per_second": 1000.0 * pred_n / pred_ms if pred_ms else 0.0}
+    return openai_shapes.llama_timings(done.get("tokens_cached", 0), t.get("prompt_n", 0), t.get("prompt_ms", 0.0),
+                                       t.get("predicted_n", 0), t.get("predicted_ms", 0.0))
 
 
 def usage_of(dones: list[dict[str, Any]]) -> dict[str, Any]:
@@ -363,12 +354,9 @@ def usage_of(dones: list[dict[str, Any]]) -> dict[str, Any]:
     prompt = sum(p["prompt_tokens"] for p in parts)
     completion = sum(p["completion_tokens"] for p in parts)
     cached = sum(p["prompt_tokens_details"]["cached_tokens"] for p in parts)
-    return {"completion_tokens": completion, "prompt_tokens": prompt, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+    return openai_shapes.usage(prompt, completion, cached)
 
 
 def usage(done: dict[str, Any]) -> dict[str, Any]:
-    prompt = done.get("tokens_evaluated", 0) + done.get("tokens_cached", 0)
-    completion = done.get("tokens_predicted", 0)
-    return {"completion_tokens": completion, "prompt_tokens": prompt, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": done.get("tokens_cached", 0)}}
+    cached = done.get("tokens_cached", 0)
+    return openai_shapes.usage(done.get("tokens_evaluated", 0) + cached, done.get("tokens_predicted", 0), cached)

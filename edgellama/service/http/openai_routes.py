@@ -10,7 +10,7 @@ from typing import Any
 
 import h11
 
-from edgellama.logprobs import openai_chat_content, openai_completion_logprobs
+from edgellama.openai_shapes import OpenAIShaper, finish_reason
 from edgellama.service import protocol as P
 from edgellama.service.http import fanout
 from edgellama.service.http import fields as F
@@ -31,9 +31,7 @@ def _stream_options(obj: dict[str, Any]) -> bool:
 
 
 def _finish(done: dict[str, Any]) -> str:
-    """finish_reason: tool_calls for a reply that ended with its calls (a call cut by the limit: length)."""
-    reason = F.FINISH_REASON.get(done["stop_reason"], "stop")
-    return "tool_calls" if done.get("tool_calls") and reason != "length" else reason
+    return finish_reason(done["stop_reason"], bool(done.get("tool_calls")))
 
 
 def _requests(conn: HttpConnection, v1s: list[dict[str, Any]]) -> list[P.Completion]:
@@ -47,76 +45,39 @@ async def _serve(conn: HttpConnection, obj: dict[str, Any], creqs: list[P.Comple
     """The choices of creqs (one per prompt and per n), streamed as they come or answered at once."""
     include_usage = _stream_options(obj)
     rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_urlsafe(16)
-    base = {"id": rid, "created": int(time.time()), "model": creqs[0].model,
-            "object": "chat.completion.chunk" if chat else "text_completion", "system_fingerprint": "edgellama"}
-    wants = creqs[0].probs_wanted >= 0
-    offsets = [0] * len(creqs)  # completions' text_offset runs on across a choice's chunks
-
-    def logprobs(i: int, entries: list[dict[str, Any]]) -> dict[str, Any] | None:
-        if not wants:
-            return None
-        if chat:
-            return {"content": openai_chat_content(entries)}
-        out = openai_completion_logprobs(entries, offsets[i])
-        offsets[i] += sum(len(e["token"]) for e in entries)
-        return out
-
-    def chunk(i: int, piece: str | None, finish: str | None, role: bool = False,
-              entries: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        lp = logprobs(i, entries) if entries is not None else None
-        if chat:
-            delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else (
-                {"content": piece} if piece is not None else {})
-            choice: dict[str, Any] = {"index": i, "delta": delta, "logprobs": lp, "finish_reason": finish}
-        else:
-            choice = {"index": i, "text": piece or "", "logprobs": lp, "finish_reason": finish}
-        return base | {"choices": [choice]}
-
+    shape = OpenAIShaper(chat, rid, int(time.time()), creqs[0].model, creqs[0].probs_wanted >= 0)
     begun: set[int] = set()
 
     def begin(i: int) -> None:
         if not conn.response_started:
             conn.start_stream()
         if chat and i not in begun:
-            conn.write(sse(chunk(i, None, None, role=True)))
+            conn.write(sse(shape.role(i)))
         begun.add(i)
 
     dones: dict[int, dict[str, Any]] = {}
     async for i, ev in fanout.merged(conn, creqs):
         if ev["event"] == "token":
             begin(i)
-            conn.write(sse(chunk(i, ev["text"], None, entries=ev.get("probs", []))))
+            conn.write(sse(shape.text(i, ev["text"], ev.get("probs", []))))
         elif ev["event"] == "tool_calls":  # a call's id and name, then its arguments as they are written
             begin(i)
-            conn.write(sse(base | {"choices": [{"index": i, "delta": {"tool_calls": ev["tool_calls"]},
-                                                "logprobs": logprobs(i, ev.get("probs", [])), "finish_reason": None}]}))
+            conn.write(sse(shape.tool_calls(i, ev["tool_calls"], ev.get("probs", []))))
         elif ev["event"] == "done":
             dones[i] = ev
             if creqs[i].stream:
                 begin(i)
-                conn.write(sse(chunk(i, None, _finish(ev), entries=ev.get("probs") or None)
-                               | {"timings": F.llama_timings(ev)}))
-    usage = F.usage_of([dones[i] for i in sorted(dones)])
+                conn.write(sse(shape.finish(i, _finish(ev), ev.get("probs") or None, F.llama_timings(ev))))
+    used = F.usage_of([dones[i] for i in sorted(dones)])
     if creqs[0].stream:
         if include_usage:
-            conn.write(sse(base | {"choices": [], "usage": usage}))
+            conn.write(sse(shape.usage_chunk(used)))
         conn.write(DONE)
         conn.end_stream()
         return
-    choices = []
-    for i in sorted(dones):
-        ev = dones[i]
-        text = ev.get("content", "")
-        choice: dict[str, Any] = {"index": i, "logprobs": logprobs(i, ev.get("probs", [])), "finish_reason": _finish(ev)}
-        if chat:
-            choice["message"] = {"role": "assistant", "content": text}
-            if ev.get("tool_calls"):
-                choice["message"] = {"role": "assistant", "content": text or None, "tool_calls": ev["tool_calls"]}
-        else:
-            choice["text"] = text
-        choices.append(choice)
-    conn.respond_json(200, base | {"object": "chat.completion" if chat else "text_completion", "choices": choices,
-                                   "usage": usage, "timings": F.llama_timings(dones[0])})
+    choices = [shape.choice(i, dones[i].get("content", ""), _finish(dones[i]), dones[i].get("probs", []),
+                            dones[i].get("tool_calls")) for i in sorted(dones)]
+    conn.respond_json(200, shape.reply(choices, used, F.llama_timings(dones[0])))
 
 
 async def completions(conn: HttpConnection, req: h11.Request, body: bytes) -> None:
