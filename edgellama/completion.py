@@ -223,18 +223,13 @@ class CompletionAPI:
                                          or not 0 <= top_logprobs <= MAX_TOP):
             raise ValueError(f"top_logprobs must be an integer in 0..{MAX_TOP}, with logprobs=True")
         n_probs = (top_logprobs or 0) if logprobs else -1
-        if response_format is not None and response_format.get("type", "text") != "text":
+        from edgellama.grammar import grammar_from_schema, response_format_schema
+
+        schema = response_format_schema(response_format)  # one reading with HTTP's
+        if schema is not None:
             if grammar is not None:
                 raise ValueError("give grammar or response_format, not both")
-            from edgellama.grammar import grammar_from_schema
-
-            schema = response_format.get("schema")
-            if schema is None and isinstance(response_format.get("json_schema"), dict):
-                schema = response_format["json_schema"].get("schema")
-            if response_format.get("type") not in ("json_object", "json_schema") or (
-                    schema is None and response_format.get("type") == "json_schema"):
-                raise ValueError(f"response_format {response_format!r}: type json_object, or json_schema with a schema")
-            grammar = grammar_from_schema(schema if schema is not None else {"type": "object"})
+            grammar = grammar_from_schema(schema)
         fmt = self.chat
         ids = render_prompt(fmt, messages, tools=tool_list or None).encode(self.tokenizer)
         sampler, params = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed, grammar,

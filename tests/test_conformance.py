@@ -121,7 +121,7 @@ def test_every_door_gives_the_same_outcome(name: str, llm: Any, server: ServerPr
 
 # ---- refusals: each invalid value, the same error on every door, naming the field as that door spells it ----
 
-BAD: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
+BAD: dict[str, tuple[dict[str, Any], dict[str, str | None]]] = {
     # v1 field: value -> the field's spelling per door (from the parameter table)
     "top_p above 1": ({"top_p": 3}, {"run": "--top-p", "python": "top_p", "v1": "top_p", "http": "top_p"}),
     "negative temperature": ({"temperature": -1}, {"run": "--temp", "python": "temperature", "v1": "temperature",
@@ -131,6 +131,9 @@ BAD: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
                                                                  "v1": "stop", "http": "stop"}),
     "a grammar that does not parse": ({"grammar": 'root ::= "yes'}, {"run": "grammar", "python": "grammar",
                                                                      "v1": "grammar", "http": "grammar"}),
+    "a response_format without a type": ({"response_format": {"schema": {"type": "object"}}},
+                                         {"run": None, "python": "'response_format' must be an object with a 'type'",
+                                          "v1": None, "http": "'response_format' must be an object with a 'type'"}),
     "a schema keyword that cannot be enforced": ({"json_schema": {"type": "integer", "multipleOf": 3}},
                                                  {"run": "multipleOf", "python": "multipleOf", "v1": "multipleOf",
                                                   "http": "multipleOf"}),
@@ -140,16 +143,23 @@ BAD: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
 @pytest.mark.parametrize("name", list(BAD))
 def test_every_door_refuses_the_same_value_naming_the_field(name: str, llm: Any, server: ServerProc,
                                                            smollm2_path: Path) -> None:
-    bad, spelled = BAD[name]
+    bad, spelled = BAD[name]  # a door that has no such field (None) is left out
     p = {**GREEDY, **bad}
-    stderr, code = run_door(smollm2_path, "Hi", 4, p, refused=True)
-    assert code == "1" and stderr.startswith("edgellama: error:") and spelled["run"] in stderr, stderr
-    with pytest.raises(ValueError) as e:
-        python_door(llm, "Hi", 4, p)
+    if spelled["run"] is not None:
+        stderr, code = run_door(smollm2_path, "Hi", 4, p, refused=True)
+        assert code == "1" and stderr.startswith("edgellama: error:") and spelled["run"] in stderr, stderr
+    if "response_format" in p:  # a chat field in the Python API
+        with pytest.raises(ValueError) as e:
+            llm.create_chat_completion([{"role": "user", "content": "Hi"}], max_tokens=4,
+                                       response_format=p["response_format"])
+    else:
+        with pytest.raises(ValueError) as e:
+            python_door(llm, "Hi", 4, p)
     assert spelled["python"] in str(e.value), str(e.value)
-    with server.connect() as c:
-        ev = c.ask({"id": 1, "prompt": "Hi", "n_predict": 4, **p})[-1]
-    assert ev["event"] == "error" and ev["code"] == "bad_request" and spelled["v1"] in ev["message"], ev
+    if spelled["v1"] is not None:
+        with server.connect() as c:
+            ev = c.ask({"id": 1, "prompt": "Hi", "n_predict": 4, **p})[-1]
+        assert ev["event"] == "error" and ev["code"] == "bad_request" and spelled["v1"] in ev["message"], ev
     for path in ("/completion", "/v1/completions"):
         c2 = UnixHTTP(server.path)
         try:

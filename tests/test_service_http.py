@@ -194,6 +194,14 @@ def test_llama_server_field_names(server: ServerProc) -> None:
     assert chat["object"] == "chat.completion" and chat["choices"][0]["finish_reason"] == "length"
 
 
+@pytest.mark.parametrize(("field", "value"), [("echo", True), ("suffix", "}"), ("best_of", 2)])
+def test_openai_completion_fields_not_served_are_refused_by_name(server: ServerProc, field: str, value: Any) -> None:
+    """Never silently ignored (echo was): a 400 naming the field, as llama-server answers."""
+    got, r = call(server, "POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 2, field: value})
+    assert got == 400 and f"field {field!r} is not supported" in r["error"]["message"], r
+    assert call(server, "POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 2, "echo": False})[0] == 200
+
+
 @pytest.mark.parametrize(("path", "body", "field"), [
     ("/completion", {"prompt": "Hi \ud800", "n_predict": 2}, "prompt"),
     ("/completion", {"prompt": PROMPT, "stop": ["ok", "\udc00"], "n_predict": 2}, "stop[1]"),

@@ -16,7 +16,7 @@ from edgellama.grammar.parser import Grammar, GrammarError, parse
 BUNDLED = Path(__file__).resolve().parent / "bundled"
 
 __all__ = ["BUNDLED", "Grammar", "GrammarError", "SchemaError", "bundled_names", "constrain", "grammar_file",
-           "grammar_from_args", "grammar_from_schema", "parse", "schema_grammar", "schema_to_gbnf"]
+           "grammar_from_args", "grammar_from_schema", "parse", "response_format_schema", "schema_grammar", "schema_to_gbnf"]
 
 
 def bundled_names() -> list[str]:
@@ -53,6 +53,30 @@ def schema_grammar(schema: Any) -> tuple[Grammar, list[Note]]:
                 from None
     conv = convert_schema(schema)
     return parse(conv.gbnf), conv.notes
+
+
+def response_format_schema(rf: Any) -> Any:
+    """OpenAI's `response_format` -> the JSON Schema it asks for, or None for text: {"type": "text"},
+    {"type": "json_object"} (any JSON object, or llama-server's "schema" beside it), {"type": "json_schema",
+    "json_schema": {"schema": ...}} or llama-server's {"type": "json_schema", "schema": ...}. One reading for
+    the Python API and HTTP; ValueError naming what is wrong (a missing type is an error on both)."""
+    if rf is None:
+        return None
+    if not isinstance(rf, dict) or not isinstance(rf.get("type"), str):
+        raise ValueError("field 'response_format' must be an object with a 'type'")  # noqa: TRY004 - a 400, as every bad value
+    kind = rf["type"]
+    if kind == "text":
+        return None
+    if kind not in ("json_object", "json_schema"):
+        raise ValueError(f"response_format type {kind!r} is not one of text, json_object, json_schema")
+    schema = rf.get("schema")
+    if schema is None and isinstance(rf.get("json_schema"), dict):
+        schema = rf["json_schema"].get("schema")
+    if schema is None:
+        if kind == "json_schema":
+            raise ValueError("response_format json_schema needs a 'json_schema': {'schema': {...}}")
+        schema = {"type": "object"}
+    return schema
 
 
 def grammar_from_args(grammar: str | None = None, grammar_file_name: str | None = None,

@@ -104,25 +104,14 @@ def grammar_fields(obj: dict[str, Any]) -> dict[str, Any]:
         out["grammar"] = obj["grammar"]
     if obj.get("json_schema") is not None:
         out["json_schema"] = obj["json_schema"]
-    rf = obj.get("response_format")
-    if rf is None:
-        return out
-    if not isinstance(rf, dict) or not isinstance(rf.get("type"), str):
-        raise HttpError(400, "field 'response_format' must be an object with a 'type'")
-    kind = rf["type"]
-    if kind == "text":
-        return out
-    if kind not in ("json_object", "json_schema"):
-        raise HttpError(400, f"response_format type {kind!r} is not one of text, json_object, json_schema")
-    # OpenAI: {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}; llama-server also takes
-    # {"type": "json_schema" | "json_object", "schema": {...}}; json_object without a schema: any JSON object
-    schema = rf.get("schema")
-    if schema is None and isinstance(rf.get("json_schema"), dict):
-        schema = rf["json_schema"].get("schema")
+    from edgellama.grammar import response_format_schema
+
+    try:
+        schema = response_format_schema(obj.get("response_format"))
+    except ValueError as exc:
+        raise HttpError(400, str(exc)) from None
     if schema is None:
-        if kind == "json_schema":
-            raise HttpError(400, "response_format json_schema needs a 'json_schema': {'schema': {...}}")
-        schema = {"type": "object"}
+        return out
     if "grammar" in out or "json_schema" in out:
         raise HttpError(400, "give one of 'grammar', 'json_schema' or 'response_format'")
     out["json_schema"] = schema
@@ -269,6 +258,13 @@ def openai_completion(obj: dict[str, Any], req_id: str, prompt: Any = None) -> d
     own, which must be one)."""
     if prompt is None:
         prompt = one_prompt(obj)
+    # refused by name, as llama-server refuses them, never ignored (the Python API's create_completion gives echo)
+    if obj.get("echo") not in (None, False):
+        raise HttpError(400, "field 'echo' is not supported on /v1/completions (as on llama-server); "
+                             "the Python API's create_completion(echo=True) echoes the prompt")
+    for name in ("suffix", "best_of"):
+        if obj.get(name) is not None:
+            raise HttpError(400, f"field {name!r} is not supported on /v1/completions")
     v1: dict[str, Any] = {"id": req_id, "prompt": prompt, "special": True, "stream": False}
     _openai_common(obj, v1)
     _logprobs(obj, v1, chat=False)
