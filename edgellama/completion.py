@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from edgellama import params as R
 from edgellama.generation import Event, build_sampler
-from edgellama.logprobs import MAX_TOP, llama_entry, piece
+from edgellama.logprobs import check_top, llama_entry, piece
 from edgellama.openai_shapes import OpenAIShaper, finish_reason, llama_timings, usage
 from edgellama.params import GenParams
 from edgellama.sequence import ContextFull
@@ -158,8 +158,8 @@ class CompletionAPI:
         if suffix is not None:
             raise ValueError("suffix is not supported")
         R.check_unicode({"prompt": prompt, "stop": stop}, "")
-        if logprobs is not None and (isinstance(logprobs, bool) or not 0 <= logprobs <= MAX_TOP):
-            raise ValueError(f"logprobs must be an integer in 0..{MAX_TOP}")
+        if logprobs is not None:
+            check_top("logprobs", logprobs)
         # special-token text in the prompt is parsed, as llama-cpp-python's create_completion does
         ids = list(prompt) if isinstance(prompt, list) else self.tokenize(prompt, special=True)
         echoed = self._prompt_logprobs(ids, logprobs) if echo and logprobs is not None else []
@@ -219,9 +219,10 @@ class CompletionAPI:
             grammar = choice_grammar(call_format(getattr(self.chat, "source", "")), tool_list, choice,
                                      bool(parallel_tool_calls))
             live = True
-        if top_logprobs is not None and (not logprobs or isinstance(top_logprobs, bool)
-                                         or not 0 <= top_logprobs <= MAX_TOP):
-            raise ValueError(f"top_logprobs must be an integer in 0..{MAX_TOP}, with logprobs=True")
+        if top_logprobs is not None:
+            check_top("top_logprobs", top_logprobs)
+            if not logprobs:
+                raise ValueError("'top_logprobs' needs logprobs=True")
         n_probs = (top_logprobs or 0) if logprobs else -1
         from edgellama.grammar import grammar_from_schema, response_format_schema
 

@@ -16,6 +16,15 @@ import numpy.typing as npt
 MAX_TOP = 20  # OpenAI's top_logprobs bound
 
 
+def check_top(name: str, n: Any) -> int:
+    """How many of the most likely tokens a request asks for (llama-server's n_probs, OpenAI's top_logprobs
+    and completions' logprobs, the Python API's logprobs / top_logprobs): an integer in 0..MAX_TOP, or a
+    ValueError naming the field as the door spells it. One rule and one message on every door."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_TOP:
+        raise ValueError(f"'{name}' must be an integer in 0..{MAX_TOP}")
+    return n
+
+
 class Pieces(Protocol):
     def token_bytes(self, tid: int) -> bytes: ...
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgellama import params as R
+from edgellama.logprobs import check_top
 from edgellama.params import GenParams
 
 VERSION = 1
@@ -109,7 +110,6 @@ _CONTROL_KEYS = {"type", "id"}
 TYPES = ("completion", "embedding", "health", "metrics", "cancel")
 _EMBEDDING_KEYS = {"type", "id", "input", "embd_normalize", *_ROUTING}
 MAX_NAME = 128
-MAX_TOP_PROBS = 20  # n_probs / OpenAI's top_logprobs
 MAX_PROMPT_ITEMS = 1 << 20  # a token-list prompt's items (the context refuses what does not fit)
 MAX_EMBED_INPUTS = 2048
 
@@ -254,11 +254,10 @@ def _completion(obj: dict[str, Any], req_id: str | int, spelling: Mapping[str, s
         req.lora = parse_lora(obj["lora"], req_id)
     _tools(obj, req)
     if obj.get("n_probs") is not None:
-        n = obj["n_probs"]
-        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_TOP_PROBS:
-            name = spelling.get("n_probs", "n_probs")
-            raise ProtocolError(BAD_REQUEST, f"'{name}' must be an integer in 0..{MAX_TOP_PROBS}", req_id)
-        req.n_probs = n
+        try:
+            req.n_probs = check_top(spelling.get("n_probs", "n_probs"), obj["n_probs"])
+        except ValueError as exc:
+            raise ProtocolError(BAD_REQUEST, str(exc), req_id) from None
     _constraint(obj, req)
     return req
 
