@@ -67,6 +67,7 @@ class Field:
     lo_open: bool = False  # lo itself refused (a penalty of 0 divides by zero)
     choices: tuple[int, ...] = ()
     hint: str = ""  # what a special value means, appended to a range message
+    notes: Mapping[str, str] = field(default_factory=dict)  # front end -> where its meaning differs, and why
 
 
 def _names(cli: str | None, v1: str | None = None, openai: str | None = None, python: str | None = None,
@@ -79,7 +80,10 @@ def _names(cli: str | None, v1: str | None = None, openai: str | None = None, py
 
 FIELDS: tuple[Field, ...] = (
     Field("n_predict", "int", _names("-n/--n-predict", openai="max_tokens", python="max_tokens", attr="n_predict"),
-          -1, INT32_MAX, hint="-1: until the end of text or the limit"),
+          -1, INT32_MAX, hint="-1: until the end of text or the limit",
+          notes={PYTHON: "llama-cpp-python's: None or <= 0 is until the end of text or the context; default 16 "
+                         "for completions, no limit for chat",
+                 OPENAI: "also `max_completion_tokens`; `n_predict` is taken too"}),
     Field("temperature", "float", _names("--temp", attr="temperature"), 0.0, None, hint="0: greedy"),
     Field("top_k", "int", _names("--top-k", attr="top_k"), 0, INT32_MAX, hint="0: off"),
     Field("top_p", "float", _names("--top-p", attr="top_p"), 0.0, 1.0),
@@ -91,9 +95,12 @@ FIELDS: tuple[Field, ...] = (
           hint="0: off, 2: mirostat v2; v1 is not implemented"),
     Field("mirostat_tau", "float", _names("--mirostat-ent", attr="mirostat_tau"), 0.0, None, lo_open=True),
     Field("mirostat_eta", "float", _names("--mirostat-lr", attr="mirostat_eta"), 0.0, None),
-    Field("seed", "seed", _names("-s/--seed", attr="seed"), -1, SEED_MAX, hint="-1: random"),
+    Field("seed", "seed", _names("-s/--seed", attr="seed"), -1, SEED_MAX, hint="-1: random",
+          notes={PYTHON: "None or < 0: the LLM's own seed (LLM(seed=...)), else random"}),
     Field("ignore_eos", "bool", _names("--ignore-eos", attr="ignore_eos")),
-    Field("stop", "stops", _names("-r/--reverse-prompt", attr="stop")),
+    Field("stop", "stops", _names("-r/--reverse-prompt", attr="stop"),
+          notes={CLI: "llama-cli's reverse prompt: generation stops there and the text printed ends with it; the "
+                      "other doors leave the stop string out of the text"}),
     Field("logit_bias", "bias", _names("-l/--logit-bias", attr="logit_bias")),
 )
 BY_NAME = {f.name: f for f in FIELDS}
@@ -261,3 +268,97 @@ def as_dict(params: GenParams) -> dict[str, Any]:
 
 def field_names() -> tuple[str, ...]:
     return tuple(f.name for f in fields(GenParams) if f.name in BY_NAME)
+
+
+# ---- the other request fields: what each door calls them and where a door differs (docs/parameters.md) ----
+
+@dataclass(frozen=True)
+class RequestField:
+    name: str
+    what: str
+    names: Mapping[str, str]  # front end -> its spelling ("" or missing: the front end does not take it)
+    notes: str = ""
+
+
+REQUEST_FIELDS: tuple[RequestField, ...] = (
+    RequestField("prompt", "the text (or token ids, or a list of either over HTTP) to continue",
+                 {CLI: "-p/--prompt, -f/--file", V1: "prompt", OPENAI: "prompt", PYTHON: "prompt"},
+                 "special-token text (`<|im_start|>`) is parsed into special tokens on every door, as llama-cli, "
+                 "llama-server and llama-cpp-python do; `run --no-parse-special` and protocol v1's `special: false` "
+                 "read it as plain text. Text that is not valid Unicode (a lone UTF-16 surrogate) is refused on every "
+                 "door, naming the field"),
+    RequestField("messages", "chat turns, rendered by the model's own chat template",
+                 {CLI: "--chat with -p, -cnv", V1: "messages", OPENAI: "messages",
+                  PYTHON: "create_chat_completion(messages)"}),
+    RequestField("stream", "tokens as they come", {V1: "stream (default true)", OPENAI: "stream (default false)",
+                                                  PYTHON: "stream (default False)"},
+                 "`run` always streams; llama-server's `/completion` defaults to false"),
+    RequestField("grammar", "GBNF text the output must match (docs/grammar.md)",
+                 {CLI: "--grammar, --grammar-file", V1: "grammar", OPENAI: "grammar", PYTHON: "grammar"}),
+    RequestField("json_schema", "a JSON Schema the output must validate against (docs/grammar.md)",
+                 {CLI: "-j/--json-schema", V1: "json_schema", OPENAI: "json_schema, response_format",
+                  PYTHON: "response_format (chat), grammar=grammar_from_schema(...)"},
+                 "`response_format` is read one way on every door (`grammar.response_format_schema`): a missing "
+                 "`type` is an error"),
+    RequestField("logprobs", "each token's log-probability and the n most likely (0..20)",
+                 {V1: "logprobs, n_probs", OPENAI: "logprobs (+ top_logprobs for chat)",
+                  PYTHON: "logprobs (completions: N; chat: logprobs=True, top_logprobs=N)"},
+                 "one bound and message on every door (`logprobs.check_top`)"),
+    RequestField("echo", "the prompt in front of the text, with its log-probabilities",
+                 {PYTHON: "create_completion(echo=True)"},
+                 "`/v1/completions` refuses it by name, as llama-server does"),
+    RequestField("tools", "OpenAI's tools, tool_choice, parallel_tool_calls (docs/http.md)",
+                 {V1: "tools, tool_choice, parallel_tool_calls", OPENAI: "tools, tool_choice, parallel_tool_calls",
+                  PYTHON: "tools, tool_choice, parallel_tool_calls"},
+                 "a tool whose schema cannot be enforced is refused on every door, naming the tool and the keyword"),
+    RequestField("n", "several choices of one prompt (seed + i each)", {OPENAI: "n"}),
+    RequestField("model", "which model of a service with several answers", {V1: "model", OPENAI: "model"}),
+    RequestField("keep_alive", "how long the model stays loaded after this request", {V1: "keep_alive",
+                                                                                         OPENAI: "keep_alive"}),
+    RequestField("lora", "per-request LoRA adapter scales", {V1: "lora", OPENAI: "lora"},
+                 "`run` and the Python API set adapters when the model loads (--lora, LLM(loras=...))"),
+)
+
+FRONT_TITLES = ((CLI, "`edgellama run`"), (PYTHON, "Python API"), (V1, "protocol v1 / llama-server"),
+                (OPENAI, "OpenAI routes"))
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown() -> str:
+    """docs/parameters.md: this module's tables, as the tests require the file to read."""
+    head = "| field | " + " | ".join(t for _, t in FRONT_TITLES)
+    lines = ["# Request parameters", "",
+             ("Generated from `edgellama/params.py` (`python -m edgellama.params > docs/parameters.md`); "
+             "`tests/test_params.py` keeps the two equal. Every door checks these fields through the one table, "
+             "so a rule and its message are the same everywhere; only the spelling of a field differs, and where a "
+             "door gives a field another meaning (as the ecosystem it copies does) the notes say so."), "",
+             "## Sampling and generation", "", head + " | range | default | notes |",
+             "|" + " --- |" * (len(FRONT_TITLES) + 4)]
+    defaults = GenParams()
+    for f in FIELDS:
+        if f.choices:
+            rng = ", ".join(map(str, f.choices))
+        elif f.lo is not None or f.hi is not None:
+            lo = "" if f.lo is None else ("(" if f.lo_open else "[") + _fmt(f.lo)
+            hi = "∞)" if f.hi is None else _fmt(f.hi) + "]"
+            rng = f"{lo}, {hi}" if f.lo is not None else f"..{hi}"
+        else:
+            rng = {"bool": "true / false", "stops": f"up to {MAX_STOPS} strings",
+                   "bias": f"up to {MAX_BIASES} entries"}.get(f.kind, "")
+        default = getattr(defaults, f.name)
+        notes = "; ".join([f.hint] * bool(f.hint) + [f"{dict(FRONT_TITLES)[k]}: {v}" for k, v in f.notes.items()])
+        cells = [f"`{f.names[k]}`" if k in f.names else "-" for k, _ in FRONT_TITLES]
+        lines.append(f"| {f.name} | " + " | ".join(cells) + f" | {rng} | {json_repr(default)} | {_cell(notes)} |")
+    lines += ["", "## The other fields of a request", "", head + " | what | notes |",
+              "|" + " --- |" * (len(FRONT_TITLES) + 3)]
+    for r in REQUEST_FIELDS:
+        cells = [_cell(r.names[k]) if r.names.get(k) else "-" for k, _ in FRONT_TITLES]
+        lines.append(f"| {r.name} | " + " | ".join(cells) + f" | {_cell(r.what)} | {_cell(r.notes)} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
