@@ -162,6 +162,7 @@ class CompletionAPI:
             check_top("logprobs", logprobs)
         # special-token text in the prompt is parsed, as llama-cpp-python's create_completion does
         ids = list(prompt) if isinstance(prompt, list) else self.tokenize(prompt, special=True)
+        R.check_token_ids("prompt", ids, self.tokenizer.n_vocab)
         echoed = self._prompt_logprobs(ids, logprobs) if echo and logprobs is not None else []
         sampler, params = self._sampler(temperature, top_p, top_k, min_p, repeat_penalty, seed, grammar,
                                         max_tokens, stop, (mirostat_mode, mirostat_tau, mirostat_eta), logit_bias)

@@ -217,6 +217,15 @@ def lone_surrogate(value: Any, path: str) -> str | None:
     return None
 
 
+def check_token_ids(name: str, ids: Any, n_vocab: int) -> None:
+    """A ParamError naming the field when a prompt given as token ids holds one outside the vocabulary (the
+    same message on every door: the Python API, protocol v1 and HTTP)."""
+    for t in ids:
+        if not 0 <= t < n_vocab:
+            raise ParamError(f"field {name!r}:", f"token id {t} is out of range for a vocabulary of {n_vocab} "
+                                                  f"(0..{n_vocab - 1})")
+
+
 def check_unicode(value: Any, path: str) -> None:
     """A ParamError naming the field when value holds text that is not valid Unicode (lone surrogates)."""
     found = lone_surrogate(value, path)

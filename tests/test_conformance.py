@@ -131,6 +131,9 @@ BAD: dict[str, tuple[dict[str, Any], dict[str, str | None]]] = {
                                                                  "v1": "stop", "http": "stop"}),
     "a grammar that does not parse": ({"grammar": 'root ::= "yes'}, {"run": "grammar", "python": "grammar",
                                                                      "v1": "grammar", "http": "grammar"}),
+    "a token id outside the vocabulary": ({"prompt_ids": [1, 999999]}, {"run": None, "python": "token id 999999 is out "
+                                          "of range", "v1": "token id 999999 is out of range",
+                                          "http": "token id 999999 is out of range"}),
     "a response_format without a type": ({"response_format": {"schema": {"type": "object"}}},
                                          {"run": None, "python": "'response_format' must be an object with a 'type'",
                                           "v1": None, "http": "'response_format' must be an object with a 'type'"}),
@@ -145,6 +148,7 @@ def test_every_door_refuses_the_same_value_naming_the_field(name: str, llm: Any,
                                                            smollm2_path: Path) -> None:
     bad, spelled = BAD[name]  # a door that has no such field (None) is left out
     p = {**GREEDY, **bad}
+    prompt: Any = p.pop("prompt_ids", "Hi")
     if spelled["run"] is not None:
         stderr, code = run_door(smollm2_path, "Hi", 4, p, refused=True)
         assert code == "1" and stderr.startswith("edgellama: error:") and spelled["run"] in stderr, stderr
@@ -154,16 +158,16 @@ def test_every_door_refuses_the_same_value_naming_the_field(name: str, llm: Any,
                                        response_format=p["response_format"])
     else:
         with pytest.raises(ValueError) as e:
-            python_door(llm, "Hi", 4, p)
+            python_door(llm, prompt, 4, p)
     assert spelled["python"] in str(e.value), str(e.value)
     if spelled["v1"] is not None:
         with server.connect() as c:
-            ev = c.ask({"id": 1, "prompt": "Hi", "n_predict": 4, **p})[-1]
+            ev = c.ask({"id": 1, "prompt": prompt, "n_predict": 4, **p})[-1]
         assert ev["event"] == "error" and ev["code"] == "bad_request" and spelled["v1"] in ev["message"], ev
     for path in ("/completion", "/v1/completions"):
         c2 = UnixHTTP(server.path)
         try:
-            c2.request("POST", path, body=json.dumps({"prompt": "Hi", "max_tokens": 4, **p}),
+            c2.request("POST", path, body=json.dumps({"prompt": prompt, "max_tokens": 4, **p}),
                        headers={"Content-Type": "application/json"})
             resp = c2.getresponse()
             status, r = resp.status, json.loads(resp.read())

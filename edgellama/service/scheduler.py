@@ -555,10 +555,11 @@ class Scheduler:
             for i, part in enumerate(req.prompt):
                 if isinstance(part, str):
                     ids += llm.tokenizer.encode(part, add_special=i == 0, parse_special=req.special)
-                elif not 0 <= part < llm.n_vocab:
-                    raise P.ProtocolError(P.BAD_REQUEST, f"prompt: token id {part} is out of range for a vocabulary "
-                                          f"of {llm.n_vocab}", req.id)
                 else:
+                    try:
+                        R.check_token_ids("prompt", [part], llm.n_vocab)
+                    except R.ParamError as exc:
+                        raise P.ProtocolError(P.BAD_REQUEST, str(exc), req.id) from None
                     ids.append(part)
             return ids
         job.prompt_text = req.prompt or ""
