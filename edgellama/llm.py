@@ -341,7 +341,7 @@ class LLM(CompletionAPI, EmbeddingAPI):
             return self.eval(prompt[n_reused:])
 
     def generate(self, prompt: list[int], sampler: Any, n_predict: int = -1,
-                 stop_ids: set[int] | None = None, should_stop: Callable[[], bool] | None = None,
+                 stop_ids: set[int] | None = None,
                  on_prompt: Callable[[], None] | None = None, stops: Sequence[str] = (),
                  keep_stop: bool = False, n_probs: int = -1) -> Generator[Event, None, None]:
         """Yields a token event per generated token, then one done event (edgellama.generation.Generation
@@ -360,9 +360,6 @@ class LLM(CompletionAPI, EmbeddingAPI):
             if on_prompt is not None:
                 on_prompt()  # e.g. save the prompt cache: the KV cache holds exactly the prompt now
             while True:
-                if should_stop is not None and should_stop():
-                    gen.finish("cancelled")
-                    break
                 tok = gen.step(logits)
                 for text, t, probs in pieces:
                     yield from self._turn.suspend(Event("token", t, text, probs=probs))
