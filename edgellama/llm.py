@@ -366,7 +366,7 @@ class LLM(CompletionAPI, EmbeddingAPI):
                 pieces.clear()
                 if tok is None:
                     break
-                if self.seq.full() and not self.seq.context_shift:
+                if self.seq.must_end():
                     gen.finish("context")
                     break
                 logits = self.eval([tok])

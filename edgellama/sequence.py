@@ -88,3 +88,8 @@ class KVSequence:
     def full(self, n_pending: int = 0) -> bool:
         """No room for another token without a shift (n_pending: tokens about to be evaluated)."""
         return len(self.tokens) + n_pending >= self.n_ctx
+
+    def must_end(self) -> bool:
+        """The full-context rule of every generation (the single sequence's and each slot's): the context is
+        full and may not shift (--no-context-shift), so the generation ends with stop reason `context`."""
+        return self.full() and not self.context_shift

@@ -363,7 +363,7 @@ class Scheduler:
             return
         if tok is None:
             self._end(active, i)
-        elif r.slot.seq.full() and not r.slot.seq.context_shift:
+        elif r.slot.seq.must_end():
             self._end(active, i, "context")
         else:
             self.slots.feed(r.slot, tok)
