@@ -174,7 +174,8 @@ class Generation:
     def __init__(self, tokenizer: Tokenizer, prompt: Sequence[int], sampler: Any, *, n_predict: int = -1,
                  stops: Iterable[str] = (), eog: Iterable[int] | None = None, keep_stop: bool = False,
                  emit: Callable[[str, int], None] | None = None, model: str = "the model",
-                 n_cached: int = 0, load_ms: float = 0.0, n_probs: int = -1, post_sampling: bool = False) -> None:
+                 n_cached: int = 0, load_ms: float = 0.0, n_probs: int = -1, post_sampling: bool = False,
+                 t_start: float | None = None) -> None:
         """n_probs >= 0: each sampled token's log-probability (and the n_probs most likely tokens') is in
         last_probs when emit is called for it (edgellama.logprobs); post_sampling: the probabilities of the
         candidates the sampling chain drew it from instead (llama-server's post_sampling_probs)."""
@@ -199,7 +200,7 @@ class Generation:
         self.text: list[str] = []  # everything released
         self.timings = Timings(load_ms=load_ms, prompt_tokens=len(prompt) - n_cached)
         self.n_prompt = len(prompt)
-        self.t_start = time.perf_counter()
+        self.t_start = time.perf_counter() if t_start is None else t_start  # the one clock: time.perf_counter()
         self.t_prompt_done = 0.0
         self.t_first_token = 0.0
         accept_prompt = getattr(sampler, "accept_prompt", sampler.accept)  # a grammar starts at the output

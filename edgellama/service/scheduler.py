@@ -418,9 +418,10 @@ class Scheduler:
         self._stalled_by_test()
         req = job.req
         assert isinstance(req, P.Completion)  # embeddings run in _embed
-        t_start = time.monotonic()
-        job.stats["queue_ms"] = round((t_start - job.t_arrival) * 1000.0, 2)
-        self.metrics.queue_wait(t_start - job.t_arrival)
+        now = time.monotonic()
+        job.stats["queue_ms"] = round((now - job.t_arrival) * 1000.0, 2)
+        self.metrics.queue_wait(now - job.t_arrival)
+        t_start = time.perf_counter()  # the request's prompt time counts from here (Generation's clock)
         if job.cancelled:
             self._finish(job, self._cancel_event(job))
             return None
@@ -454,7 +455,7 @@ class Scheduler:
             r.gen = Generation(llm.tokenizer, ids, build_sampler(req, llm.tokenizer, llm.n_ctx),
                                n_predict=effective_n_predict(req.n_predict, self.cfg.max_tokens), stops=stops,
                                emit=self._emitter(r), model=llm.path.name, n_cached=n_cached,
-                               n_probs=req.probs_wanted, post_sampling=req.post_sampling_probs)
+                               n_probs=req.probs_wanted, post_sampling=req.post_sampling_probs, t_start=t_start)
         except P.ProtocolError as exc:
             self._refuse(job, slot, P.error_event(req.id, exc.code, str(exc)))
             return None

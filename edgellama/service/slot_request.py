@@ -28,8 +28,7 @@ class SlotRequest:
         self.n_cached = n_cached
         self.n_eval = n_prompt - n_cached
         self.n_batch = n_batch
-        self.t_start = t_start
-        self.t_prompt_done = 0.0
+        self.t_start = t_start  # time.perf_counter(), the clock of the request's Generation
         self.log_prompts = log_prompts
         self.gen: Generation | None = None  # set by the scheduler once the sampler is built
         self.probs: list[dict[str, Any]] = []  # log-probabilities not yet sent (logprobs / n_probs)
@@ -84,8 +83,6 @@ class SlotRequest:
         """The slot's next logits: the token to feed, or None once the request has ended (gen.stop_reason).
         Raises what sampling raises (GrammarDeadEnd, NonFiniteLogits)."""
         assert self.gen is not None
-        if self.t_prompt_done == 0.0:
-            self.t_prompt_done = time.monotonic()
         return self.gen.step(logits)
 
     def done_event(self, reason: str | None, metrics: Metrics) -> dict[str, Any]:
@@ -99,10 +96,10 @@ class SlotRequest:
             n_predicted = self.gen.n_predicted
             self.send(tail, -1)
         reason = reason or "length"
-        t_end = time.monotonic()
-        if self.t_prompt_done == 0.0:
-            self.t_prompt_done = t_end
-        prompt_s, gen_s = self.t_prompt_done - self.t_start, t_end - self.t_prompt_done
+        if self.gen is not None:  # one timings clock: the Generation's, as LLM.generate reports it
+            prompt_s, gen_s = self.gen.timings.prompt_ms / 1000.0, self.gen.timings.gen_ms / 1000.0
+        else:  # refused before its generation began
+            prompt_s, gen_s = time.perf_counter() - self.t_start, 0.0
         n_chunks = max(1, -(-self.n_eval // self.n_batch))
         metrics.prompt(self.n_eval, self.n_cached, prompt_s, n_chunks)
         metrics.predicted(n_predicted, gen_s)
