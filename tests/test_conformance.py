@@ -1,5 +1,6 @@
 """One request, every door, one outcome: a matrix of requests x doors (the Python API, `edgellama run`, protocol
-v1, llama-server's `/completion`, OpenAI's `/v1/completions`; chat requests through the Python API, protocol
+v1, llama-server's `/completion`, OpenAI's `/v1/completions`, the serial line's text mode where a request fits
+its one line; chat requests through the Python API, protocol
 v1's messages and `/v1/chat/completions`) whose text and finish reason must agree, and invalid values that must
 be refused on every door naming the same field. SmolLM2 (-c 256), explicit sampling on every door so that no
 door's defaults decide."""
@@ -17,7 +18,9 @@ import pytest
 
 from edgellama.grammar import grammar_from_schema
 from edgellama.llm import LLM
+from tests.serial_util import NullModem
 from tests.service_util import ServerProc, UnixHTTP, cli_env, serving, text_of
+from tests.test_service_serial import Client, answer_text
 
 ROOT = Path(__file__).resolve().parents[1]
 N_CTX = 256
@@ -34,13 +37,34 @@ REQUESTS: dict[str, tuple[str, int, dict[str, Any]]] = {
     "grammar": ("Is the sky blue? Answer:", 8, {**GREEDY, "grammar": 'root ::= " yes" | " no"'}),
     "json schema": ("A person as JSON:", 24, {**GREEDY, "json_schema": AGE}),
 }
-DOORS = ["python", "run", "v1", "/completion", "/v1/completions"]
+DOORS = ["python", "run", "v1", "/completion", "/v1/completions", "serial text"]
+# the serial text mode takes a line as the prompt and /set for the sampling fields: the requests it can carry
+SERIAL = {"greedy", "stop string", "seeded sampling"}
 
 
 @pytest.fixture(scope="module")
-def server(smollm2_path: Path) -> Iterator[ServerProc]:
-    with serving("-m", str(smollm2_path), "-c", str(N_CTX)) as srv:
+def modem() -> Iterator[NullModem]:
+    m = NullModem()
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_path: Path, modem: NullModem) -> Iterator[ServerProc]:
+    """The service with a serial port in text mode beside its socket (the serial door)."""
+    with serving("-m", str(smollm2_path), "-c", str(N_CTX), "--serial", f"{modem.device.path},mode=text") as srv:
         yield srv
+
+
+@pytest.fixture(scope="module")
+def port(server: ServerProc, modem: NullModem) -> Iterator[Client]:
+    c = Client(modem)
+    try:
+        yield c
+    finally:
+        c.close()
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +108,14 @@ def run_door(path: Path, prompt: str, n: int, p: dict[str, Any], refused: bool =
     return text, finish
 
 
+def serial_door(port: Client, prompt: str, n: int, p: dict[str, Any]) -> str:
+    """The answer's text over a serial line in text mode (/set every field first: settings stay on the port)."""
+    for key, value in {"n_predict": n, "stop": [], **p}.items():
+        reply = port.reply(f"/set {key} {json.dumps(value)}".encode())
+        assert reply[0].startswith("OK "), reply
+    return answer_text(port.reply(prompt.encode()))
+
+
 def v1_door(srv: ServerProc, prompt: str, n: int, p: dict[str, Any]) -> tuple[str, str]:
     with srv.connect() as c:
         events = c.ask({"id": 1, "prompt": prompt, "n_predict": n, **p})
@@ -108,7 +140,8 @@ def http_door(srv: ServerProc, path: str, prompt: str, n: int, p: dict[str, Any]
 
 
 @pytest.mark.parametrize("name", list(REQUESTS))
-def test_every_door_gives_the_same_outcome(name: str, llm: Any, server: ServerProc, smollm2_path: Path) -> None:
+def test_every_door_gives_the_same_outcome(name: str, llm: Any, server: ServerProc, port: Client,
+                                          smollm2_path: Path) -> None:
     prompt, n, p = REQUESTS[name]
     got = {"python": python_door(llm, prompt, n, p), "run": run_door(smollm2_path, prompt, n, p),
            "v1": v1_door(server, prompt, n, p)}
@@ -117,6 +150,8 @@ def test_every_door_gives_the_same_outcome(name: str, llm: Any, server: ServerPr
     assert len(set(got.values())) == 1, json.dumps(got, indent=1)
     text, finish = got["python"]
     assert text and finish in ("stop", "length")
+    if name in SERIAL:  # text mode reports no finish reason: the text must agree
+        assert serial_door(port, prompt, n, p) == text
 
 
 # ---- refusals: each invalid value, the same error on every door, naming the field as that door spells it ----
