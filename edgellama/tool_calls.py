@@ -43,8 +43,9 @@ class ToolCall:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
-def check_tools(tools: Any) -> list[dict[str, Any]]:
-    """OpenAI's `tools`: [{"type": "function", "function": {"name", "description"?, "parameters"?}}]."""
+def check_tools(tools: Any, notes: list[str] | None = None) -> list[dict[str, Any]]:
+    """OpenAI's `tools`: [{"type": "function", "function": {"name", "description"?, "parameters"?}}], each
+    one's schema converted (check_schemas); notes, when given, receives what the grammars read loosely."""
     if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
         raise ToolError(f"field 'tools' must be a list of up to {MAX_TOOLS} tools")
     names = set()
@@ -63,7 +64,9 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
         params = fn.get("parameters", {"type": "object", "properties": {}})
         if not isinstance(params, dict):
             raise ToolError(f"tools[{i}].function.parameters must be a JSON Schema object")
-    check_schemas(tools)
+    found = check_schemas(tools)
+    if notes is not None:
+        notes += found
     return tools
 
 
@@ -188,12 +191,13 @@ def auto_grammar(fmt: str, tools: list[dict[str, Any]], parallel: bool = False) 
                                  "required": ["response"], "additionalProperties": False}, "answer")
         root = 'root ::= "{" " "? "\\"tool_call\\"" " "? ":" " "? tool-call " "? "}" | answer'
         return parse(_merged(root, _call_rules(fmt, tools, None), answer))
-    grammar = call_grammar(fmt, tools, None, parallel)
     if fmt == "hermes":  # its other forms: a ```json block, bare JSON
         one = HERMES_CALL
         rest = f'( "\\n"? {one} )*' if parallel else ""
         root = f'root ::= {one} {rest} | "```json" "\\n"? tool-call "\\n"? "```"'
         grammar = parse(root + "\n" + _call_rules(fmt, tools, None))
+    else:  # the call grammar itself (built once: each tool's schema converted once)
+        grammar = call_grammar(fmt, tools, None, parallel)
     return LazyGrammar(grammar, TRIGGERS[fmt], json_start=fmt in JSON_START)
 
 

@@ -288,16 +288,15 @@ def _message(i: int, m: Any, req_id: Any) -> None:
 
 def _tools(obj: dict[str, Any], req: Completion) -> None:
     """tools, tool_choice, parallel_tool_calls (chat messages only)."""
-    from edgellama.tool_calls import ToolError, check_choice, check_schemas, check_tools
+    from edgellama.tool_calls import ToolError, check_choice, check_tools
 
     if all(obj.get(k) is None for k in ("tools", "tool_choice", "parallel_tool_calls")):
         return
     if req.messages is None:
         raise ProtocolError(BAD_REQUEST, "tools are for chat 'messages', not a raw 'prompt'", req.id)
     try:
-        tools = check_tools(obj["tools"]) if obj.get("tools") else []
+        tools = check_tools(obj["tools"], req.schema_notes) if obj.get("tools") else []
         req.tool_choice = check_choice(obj.get("tool_choice"), tools)
-        req.schema_notes += check_schemas(tools)
     except ToolError as exc:
         raise ProtocolError(BAD_REQUEST, str(exc), req.id) from None
     parallel = obj.get("parallel_tool_calls", False)

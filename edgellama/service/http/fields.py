@@ -337,6 +337,8 @@ def parse_v1(v1: dict[str, Any]) -> P.Completion:
 # ---- results ----
 
 STOP_TYPE = {"eos": "eos", "length": "limit", "context": "limit", "stop": "word", "cancelled": "none"}
+
+
 def llama_timings(done: dict[str, Any]) -> dict[str, Any]:
     """protocol v1's done.timings -> llama-server's timings object."""
     t = done.get("timings") or {}
